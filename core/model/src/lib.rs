@@ -1,0 +1,18 @@
+//! LLM decoder models and the operator DAG of one serving iteration.
+//!
+//! A [`ModelConfig`] describes a decoder (Hugging Face `config.json`, Vidur's
+//! `model_config.yml`, or a preset). For one iteration's [`IterationBatch`] it yields an
+//! [`IterationDag`]: every operator of the forward pass with exact FLOPs, HBM bytes,
+//! weight bytes and output activation bytes, tensor-parallel sharding and collectives
+//! included.
+//!
+//! Architecture Invariant: this crate knows no hardware and no time. Costs in seconds
+//! live in `slicesched-cost`; this crate only counts work.
+
+mod config;
+mod dag;
+mod ops;
+
+pub use config::{Dtype, ModelConfig, ModelError, PRESETS};
+pub use dag::{DecodeItem, IterationBatch, IterationDag, OpRef, PrefillItem, Segment};
+pub use ops::{AttnShape, OpKind, OpShape, OpSpec};

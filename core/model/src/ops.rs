@@ -1,0 +1,156 @@
+//! Operator kinds and the exact work of one operator instance.
+
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+/// What an operator computes. The names of the profiled ones follow Vidur's columns
+/// (see [`OpKind::profile_name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    Embedding,
+    InputNorm,
+    QkvProj,
+    Rope,
+    Attention,
+    OProj,
+    AllReduce,
+    ResidualAdd,
+    PostAttnNorm,
+    GateUpProj,
+    Activation,
+    DownProj,
+    FinalNorm,
+    LmHead,
+    AllGather,
+    /// An activation moved between GPUs (inserted by the scheduler, never by a model).
+    Transfer,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 16] = [
+        OpKind::Embedding,
+        OpKind::InputNorm,
+        OpKind::QkvProj,
+        OpKind::Rope,
+        OpKind::Attention,
+        OpKind::OProj,
+        OpKind::AllReduce,
+        OpKind::ResidualAdd,
+        OpKind::PostAttnNorm,
+        OpKind::GateUpProj,
+        OpKind::Activation,
+        OpKind::DownProj,
+        OpKind::FinalNorm,
+        OpKind::LmHead,
+        OpKind::AllGather,
+        OpKind::Transfer,
+    ];
+
+    /// The op's column name in Vidur's `mlp.csv`, where it was profiled.
+    pub fn profile_name(self) -> Option<&'static str> {
+        Some(match self {
+            OpKind::Embedding => "emb",
+            OpKind::InputNorm => "input_layernorm",
+            OpKind::QkvProj => "attn_pre_proj",
+            OpKind::Rope => "attn_rope",
+            OpKind::OProj => "attn_post_proj",
+            OpKind::PostAttnNorm => "post_attention_layernorm",
+            OpKind::GateUpProj => "mlp_up_proj",
+            OpKind::Activation => "mlp_act",
+            OpKind::DownProj => "mlp_down_proj",
+            OpKind::ResidualAdd => "add",
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Embedding => "embedding",
+            OpKind::InputNorm => "input_norm",
+            OpKind::QkvProj => "qkv_proj",
+            OpKind::Rope => "rope",
+            OpKind::Attention => "attention",
+            OpKind::OProj => "o_proj",
+            OpKind::AllReduce => "all_reduce",
+            OpKind::ResidualAdd => "residual_add",
+            OpKind::PostAttnNorm => "post_attn_norm",
+            OpKind::GateUpProj => "gate_up_proj",
+            OpKind::Activation => "activation",
+            OpKind::DownProj => "down_proj",
+            OpKind::FinalNorm => "final_norm",
+            OpKind::LmHead => "lm_head",
+            OpKind::AllGather => "all_gather",
+            OpKind::Transfer => "transfer",
+        }
+    }
+
+    pub fn is_gemm(self) -> bool {
+        matches!(self, OpKind::QkvProj | OpKind::OProj | OpKind::GateUpProj | OpKind::DownProj | OpKind::LmHead)
+    }
+
+    pub fn is_collective(self) -> bool {
+        matches!(self, OpKind::AllReduce | OpKind::AllGather)
+    }
+}
+
+/// The attention work of one iteration on one GPU of the tensor-parallel group.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AttnShape {
+    pub q_heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    /// Prefill chunks as (chunk tokens, KV tokens already cached before the chunk).
+    pub prefill: SmallVec<[(u32, u32); 4]>,
+    /// Decode requests in the batch and the sum of their KV lengths (new token included).
+    pub decode_batch: u32,
+    pub decode_kv_sum: u64,
+}
+
+/// Tensor shapes of an operator, as much as its cost depends on them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum OpShape {
+    /// `[m, k] x [k, n]` on one GPU (already sharded).
+    Gemm { m: u64, n: u64, k: u64 },
+    /// A memory-bound pass over `tokens x width` elements.
+    Elementwise { tokens: u64, width: u64 },
+    Attention(AttnShape),
+    /// A collective over `ranks` GPUs on a message of `bytes` per GPU.
+    Collective { bytes: u64, ranks: u32 },
+    /// A point-to-point copy of `bytes`.
+    Transfer { bytes: u64 },
+}
+
+/// One operator instance: what it is and exactly how much work it does on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpSpec {
+    pub kind: OpKind,
+    pub shape: OpShape,
+    /// Floating-point operations (multiply and add counted separately).
+    pub flops: u64,
+    /// Bytes read from and written to device memory, weights included.
+    pub bytes: u64,
+    /// Bytes of weights the op reads (they must be resident where it runs).
+    pub weight_bytes: u64,
+    /// Bytes of the output activation it produces.
+    pub out_bytes: u64,
+    /// Tensor-parallel degree of the group it runs on.
+    pub tp: u32,
+}
+
+impl OpSpec {
+    /// Tokens processed (the GEMM `m`, or rows of an elementwise op).
+    pub fn tokens(&self) -> u64 {
+        match &self.shape {
+            OpShape::Gemm { m, .. } => *m,
+            OpShape::Elementwise { tokens, .. } => *tokens,
+            OpShape::Attention(a) => a.prefill.iter().map(|p| p.0 as u64).sum::<u64>() + a.decode_batch as u64,
+            OpShape::Collective { .. } | OpShape::Transfer { .. } => 0,
+        }
+    }
+
+    /// FLOPs per byte moved: where the op sits on the roofline.
+    pub fn intensity(&self) -> f64 {
+        self.flops as f64 / self.bytes.max(1) as f64
+    }
+}
