@@ -1,0 +1,386 @@
+//! The continuous-batching scheduler of one tenant.
+
+use serde::{Deserialize, Serialize};
+use slicesched_model::{DecodeItem, IterationBatch, PrefillItem};
+use std::collections::VecDeque;
+
+/// Batching knobs, named after vLLM's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Token budget of one iteration (prefill chunk tokens + decodes).
+    pub max_batched_tokens: u32,
+    /// Most requests running at once.
+    pub max_num_seqs: u32,
+    /// KV-cache block size, tokens.
+    pub block_size: u32,
+    /// Split long prompts across iterations; without it a prompt must fit the budget.
+    pub chunked_prefill: bool,
+    /// Fraction of KV blocks kept free when admitting new requests, so running ones
+    /// can grow without immediate preemption (vLLM's watermark).
+    pub watermark: f64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self { max_batched_tokens: 4096, max_num_seqs: 256, block_size: 16, chunked_prefill: true, watermark: 0.01 }
+    }
+}
+
+/// The engine's handle of a request (dense, in arrival order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SeqId(pub u32);
+
+/// What the engine says about a new request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Queued(SeqId),
+    /// Needs more KV blocks than the whole cache has: it could never run.
+    TooLong { blocks_needed: u32, blocks_total: u32 },
+}
+
+/// What happened to a request during an iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqEvent {
+    FirstToken { seq: SeqId },
+    Finished { seq: SeqId },
+}
+
+#[derive(Debug, Clone)]
+struct Seq {
+    prompt: u32,
+    output: u32,
+    /// Tokens whose KV is in the cache.
+    computed: u32,
+    generated: u32,
+    blocks: u32,
+    preemptions: u32,
+    finished: bool,
+}
+
+impl Seq {
+    /// Tokens that must be prefilled before the next token can be sampled: the prompt,
+    /// plus, after a preemption, everything generated so far but the last token.
+    fn prefill_target(&self) -> u32 {
+        self.prompt + self.generated.saturating_sub(1)
+    }
+    fn in_prefill(&self) -> bool {
+        self.computed < self.prefill_target() || (self.generated == 0 && self.computed < self.prompt)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Work {
+    Prefill(u32),
+    Decode,
+}
+
+/// One tenant's continuous-batching engine.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    cfg: EngineConfig,
+    blocks_total: u32,
+    blocks_free: u32,
+    seqs: Vec<Seq>,
+    waiting: VecDeque<SeqId>,
+    running: Vec<SeqId>,
+    inflight: Vec<(SeqId, Work)>,
+    batch: IterationBatch,
+    preemptions: u64,
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig, kv_blocks: u32) -> Self {
+        Self {
+            cfg,
+            blocks_total: kv_blocks,
+            blocks_free: kv_blocks,
+            seqs: Vec::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            inflight: Vec::new(),
+            batch: IterationBatch::default(),
+            preemptions: 0,
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+    pub fn kv_blocks_total(&self) -> u32 {
+        self.blocks_total
+    }
+    pub fn kv_blocks_free(&self) -> u32 {
+        self.blocks_free
+    }
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+    pub fn seq_preemptions(&self, seq: SeqId) -> u32 {
+        self.seqs[seq.0 as usize].preemptions
+    }
+    /// Requests waiting or running.
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+    pub fn queue_lengths(&self) -> (usize, usize) {
+        (self.waiting.len(), self.running.len())
+    }
+
+    fn blocks_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.cfg.block_size)
+    }
+
+    /// Queues a request, unless it could never fit in the KV cache.
+    pub fn add_request(&mut self, prompt: u32, output: u32) -> Admission {
+        let output = output.max(1);
+        let need = self.blocks_for(prompt + output - 1);
+        if need > self.blocks_total || prompt == 0 {
+            return Admission::TooLong { blocks_needed: need, blocks_total: self.blocks_total };
+        }
+        let id = SeqId(self.seqs.len() as u32);
+        self.seqs.push(Seq { prompt, output, computed: 0, generated: 0, blocks: 0, preemptions: 0, finished: false });
+        self.waiting.push_back(id);
+        Admission::Queued(id)
+    }
+
+    fn preempt(&mut self, victim: SeqId) {
+        let s = &mut self.seqs[victim.0 as usize];
+        self.blocks_free += s.blocks;
+        s.blocks = 0;
+        s.computed = 0;
+        s.preemptions += 1;
+        self.preemptions += 1;
+        self.waiting.push_front(victim);
+    }
+
+    /// Forms the next iteration. Returns None when there is nothing to run.
+    pub fn schedule(&mut self) -> Option<&IterationBatch> {
+        debug_assert!(self.inflight.is_empty(), "schedule() while an iteration is in flight");
+        self.batch.prefills.clear();
+        self.batch.decodes.clear();
+        let mut budget = self.cfg.max_batched_tokens;
+        let mut preempted = false;
+
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            let s = &self.seqs[id.0 as usize];
+            let (work, tokens) = if s.in_prefill() {
+                let chunk = (s.prefill_target().max(s.prompt) - s.computed).min(budget);
+                (Work::Prefill(chunk), chunk)
+            } else {
+                (Work::Decode, 1)
+            };
+            let need = self.blocks_for(s.computed + tokens).saturating_sub(s.blocks);
+            // Free blocks by preempting the newest running requests, vLLM's policy.
+            let mut self_preempted = false;
+            while self.blocks_free < need {
+                let victim = self.running.pop().expect("running is non-empty");
+                preempted = true;
+                self.preempt(victim);
+                if victim == id {
+                    self_preempted = true;
+                    break;
+                }
+            }
+            if self_preempted {
+                break;
+            }
+            self.blocks_free -= need;
+            self.seqs[id.0 as usize].blocks += need;
+            budget -= tokens;
+            self.inflight.push((id, work));
+            i += 1;
+        }
+
+        // Like vLLM, admit nothing new in a step that had to preempt.
+        if !preempted {
+            let watermark = (self.blocks_total as f64 * self.cfg.watermark) as u32;
+            while let Some(&id) = self.waiting.front() {
+                if budget == 0 || self.running.len() as u32 >= self.cfg.max_num_seqs {
+                    break;
+                }
+                let s = &self.seqs[id.0 as usize];
+                let remaining = s.prefill_target().max(s.prompt) - s.computed;
+                if !self.cfg.chunked_prefill && remaining > budget {
+                    break;
+                }
+                let chunk = remaining.min(budget);
+                let need = self.blocks_for(s.computed + chunk).saturating_sub(s.blocks);
+                if self.blocks_free < need + watermark {
+                    break;
+                }
+                self.waiting.pop_front();
+                self.blocks_free -= need;
+                self.seqs[id.0 as usize].blocks += need;
+                budget -= chunk;
+                self.running.push(id);
+                self.inflight.push((id, Work::Prefill(chunk)));
+            }
+        }
+
+        for &(id, work) in &self.inflight {
+            let s = &self.seqs[id.0 as usize];
+            match work {
+                Work::Prefill(chunk) => self.batch.prefills.push(PrefillItem {
+                    chunk,
+                    prior_kv: s.computed,
+                    samples: s.computed + chunk >= s.prefill_target().max(s.prompt),
+                }),
+                Work::Decode => self.batch.decodes.push(DecodeItem { kv_len: s.computed + 1 }),
+            }
+        }
+        if self.inflight.is_empty() {
+            None
+        } else {
+            Some(&self.batch)
+        }
+    }
+
+    /// The batch of the iteration in flight.
+    pub fn current_batch(&self) -> &IterationBatch {
+        &self.batch
+    }
+
+    /// Prompt tokens (first computation, not recomputation) in the in-flight batch.
+    pub fn batch_new_prompt_tokens(&self) -> u64 {
+        self.inflight
+            .iter()
+            .map(|&(id, w)| match w {
+                Work::Prefill(c) => {
+                    let s = &self.seqs[id.0 as usize];
+                    (s.computed + c).min(s.prompt).saturating_sub(s.computed) as u64
+                }
+                Work::Decode => 0,
+            })
+            .sum()
+    }
+
+    /// Applies the in-flight iteration's results.
+    pub fn complete(&mut self, events: &mut Vec<SeqEvent>) {
+        let inflight = std::mem::take(&mut self.inflight);
+        for &(id, work) in &inflight {
+            let s = &mut self.seqs[id.0 as usize];
+            let sampled = match work {
+                Work::Prefill(c) => {
+                    s.computed += c;
+                    s.computed >= s.prefill_target().max(s.prompt)
+                }
+                Work::Decode => {
+                    s.computed += 1;
+                    true
+                }
+            };
+            if sampled {
+                s.generated += 1;
+                if s.generated == 1 {
+                    events.push(SeqEvent::FirstToken { seq: id });
+                }
+                if s.generated >= s.output {
+                    s.finished = true;
+                    self.blocks_free += s.blocks;
+                    s.blocks = 0;
+                    events.push(SeqEvent::Finished { seq: id });
+                }
+            }
+        }
+        self.running.retain(|id| !self.seqs[id.0 as usize].finished);
+        self.inflight = inflight;
+        self.inflight.clear();
+    }
+
+    /// Total blocks held by requests (for invariant checks).
+    pub fn blocks_held(&self) -> u32 {
+        self.seqs.iter().map(|s| s.blocks).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_to_end(e: &mut Engine) -> (u32, Vec<SeqEvent>) {
+        let mut iters = 0;
+        let mut ev = Vec::new();
+        while e.schedule().is_some() {
+            iters += 1;
+            e.complete(&mut ev);
+            assert_eq!(e.blocks_held() + e.kv_blocks_free(), e.kv_blocks_total());
+            assert!(iters < 100_000);
+        }
+        (iters, ev)
+    }
+
+    #[test]
+    fn one_request_prefills_then_decodes() {
+        let mut e = Engine::new(EngineConfig::default(), 1000);
+        e.add_request(100, 5);
+        let b = e.schedule().unwrap().clone();
+        assert_eq!(b.prefills, vec![PrefillItem { chunk: 100, prior_kv: 0, samples: true }]);
+        let mut ev = Vec::new();
+        e.complete(&mut ev);
+        assert_eq!(ev, vec![SeqEvent::FirstToken { seq: SeqId(0) }]);
+        let b = e.schedule().unwrap().clone();
+        assert_eq!(b.decodes, vec![DecodeItem { kv_len: 101 }]);
+        e.complete(&mut ev);
+        let (iters, ev) = run_to_end(&mut e);
+        assert_eq!(iters, 3);
+        assert_eq!(ev, vec![SeqEvent::Finished { seq: SeqId(0) }]);
+        assert_eq!(e.kv_blocks_free(), 1000);
+    }
+
+    #[test]
+    fn chunked_prefill_respects_budget() {
+        let cfg = EngineConfig { max_batched_tokens: 256, ..Default::default() };
+        let mut e = Engine::new(cfg, 1000);
+        e.add_request(600, 2);
+        let chunks: Vec<_> = (0..3)
+            .map(|_| {
+                let b = e.schedule().unwrap().clone();
+                e.complete(&mut Vec::new());
+                b.prefills[0]
+            })
+            .collect();
+        assert_eq!(chunks.iter().map(|c| c.chunk).collect::<Vec<_>>(), vec![256, 256, 88]);
+        assert_eq!(chunks.iter().map(|c| c.prior_kv).collect::<Vec<_>>(), vec![0, 256, 512]);
+        assert_eq!(chunks.iter().map(|c| c.samples).collect::<Vec<_>>(), vec![false, false, true]);
+    }
+
+    #[test]
+    fn preempts_newest_when_kv_runs_out() {
+        // 4 blocks of 16 tokens: two requests of 16-token prompts that each grow to 40.
+        let mut e = Engine::new(EngineConfig { watermark: 0.0, ..Default::default() }, 4);
+        e.add_request(16, 25);
+        e.add_request(16, 25);
+        let (_, ev) = run_to_end(&mut e);
+        assert!(e.preemptions() >= 1, "expected a preemption");
+        assert_eq!(ev.iter().filter(|x| matches!(x, SeqEvent::Finished { .. })).count(), 2);
+        assert!(e.seq_preemptions(SeqId(1)) >= 1, "the newer request is the victim");
+    }
+
+    #[test]
+    fn too_long_is_refused() {
+        let mut e = Engine::new(EngineConfig::default(), 10);
+        assert!(matches!(e.add_request(1000, 10), Admission::TooLong { .. }));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_request_finishes_and_blocks_balance(
+            reqs in proptest::collection::vec((1u32..600, 1u32..80), 1..30),
+            blocks in 40u32..400,
+            budget in 16u32..2048,
+        ) {
+            let mut e = Engine::new(EngineConfig { max_batched_tokens: budget, ..Default::default() }, blocks);
+            let mut admitted = 0;
+            for (p, o) in reqs {
+                if let Admission::Queued(_) = e.add_request(p, o) { admitted += 1; }
+            }
+            let (_, ev) = run_to_end(&mut e);
+            let finished = ev.iter().filter(|x| matches!(x, SeqEvent::Finished { .. })).count();
+            proptest::prop_assert_eq!(finished, admitted);
+            proptest::prop_assert_eq!(e.kv_blocks_free(), blocks);
+        }
+    }
+}
