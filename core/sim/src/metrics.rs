@@ -1,0 +1,308 @@
+//! What a replay measures: per-request records, time series, per-GPU busy time and
+//! idle gaps, and the summary built from them.
+
+use serde::Serialize;
+
+/// Time-series bucket width.
+pub const SERIES_BUCKET_NS: u64 = 1_000_000_000;
+
+/// One request's fate.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestRecord {
+    pub id: u32,
+    pub tenant: u32,
+    pub arrival_ns: u64,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    pub first_token_ns: Option<u64>,
+    pub finish_ns: Option<u64>,
+    pub preemptions: u32,
+    pub dropped: Option<&'static str>,
+    pub ttft_target_ns: u64,
+    pub tpot_target_ns: u64,
+}
+
+impl RequestRecord {
+    pub fn ttft_ns(&self) -> Option<u64> {
+        self.first_token_ns.map(|t| t - self.arrival_ns)
+    }
+    /// Mean time per output token after the first; 0 for one-token outputs.
+    pub fn tpot_ns(&self) -> Option<u64> {
+        let (f, e) = (self.first_token_ns?, self.finish_ns?);
+        Some(if self.output_tokens > 1 { (e - f) / (self.output_tokens as u64 - 1) } else { 0 })
+    }
+    pub fn e2e_ns(&self) -> Option<u64> {
+        self.finish_ns.map(|t| t - self.arrival_ns)
+    }
+    /// Dropped requests violate; completed ones when TTFT or mean TPOT misses target.
+    pub fn violates(&self) -> bool {
+        match (self.ttft_ns(), self.tpot_ns(), self.finish_ns) {
+            (Some(a), Some(b), Some(_)) => a > self.ttft_target_ns || b > self.tpot_target_ns,
+            _ => true,
+        }
+    }
+}
+
+/// Upper edges of the idle-gap histogram buckets, ns: 10 per decade from 1 µs to 1000 s.
+pub const GAP_BUCKETS: usize = 91;
+
+fn gap_bucket(ns: u64) -> usize {
+    if ns <= 1_000 {
+        return 0;
+    }
+    let d = (ns as f64 / 1_000.0).log10() * 10.0;
+    (d.ceil() as usize).min(GAP_BUCKETS - 1)
+}
+
+/// Upper edge of gap bucket `b`, ns.
+pub fn gap_bucket_edge_ns(b: usize) -> f64 {
+    1_000.0 * 10f64.powf(b as f64 / 10.0)
+}
+
+/// Distribution of idle-gap lengths on one GPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct GapHistogram {
+    pub count: Vec<u64>,
+    pub idle_ns: Vec<u64>,
+}
+
+impl Default for GapHistogram {
+    fn default() -> Self {
+        Self { count: vec![0; GAP_BUCKETS], idle_ns: vec![0; GAP_BUCKETS] }
+    }
+}
+
+impl GapHistogram {
+    pub fn record(&mut self, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        let b = gap_bucket(ns);
+        self.count[b] += 1;
+        self.idle_ns[b] += ns;
+    }
+    pub fn total_count(&self) -> u64 {
+        self.count.iter().sum()
+    }
+    pub fn total_idle_ns(&self) -> u64 {
+        self.idle_ns.iter().sum()
+    }
+    /// Gap-length quantile (bucket upper edge), ms.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        let n = self.total_count();
+        if n == 0 {
+            return 0.0;
+        }
+        let target = (q * n as f64).ceil().max(1.0) as u64;
+        let mut acc = 0;
+        for (b, &c) in self.count.iter().enumerate() {
+            acc += c;
+            if acc >= target {
+                return gap_bucket_edge_ns(b) / 1e6;
+            }
+        }
+        gap_bucket_edge_ns(GAP_BUCKETS - 1) / 1e6
+    }
+    /// Idle time in gaps no longer than `ms`, as a fraction of all idle time.
+    pub fn idle_fraction_below_ms(&self, ms: f64) -> f64 {
+        let total = self.total_idle_ns();
+        if total == 0 {
+            return 0.0;
+        }
+        let mut acc = 0;
+        for (b, &t) in self.idle_ns.iter().enumerate() {
+            if gap_bucket_edge_ns(b) <= ms * 1e6 * 1.0001 {
+                acc += t;
+            }
+        }
+        acc as f64 / total as f64
+    }
+}
+
+/// Per-second counters over the replay.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TimeSeries {
+    pub bucket_s: f64,
+    pub prompt_tokens: Vec<u64>,
+    pub output_tokens: Vec<u64>,
+    pub completed: Vec<u64>,
+    pub violations: Vec<u64>,
+    /// Per GPU, busy ns in each bucket.
+    pub gpu_busy_ns: Vec<Vec<u64>>,
+}
+
+fn bump(v: &mut Vec<u64>, t: u64, by: u64) {
+    let b = (t / SERIES_BUCKET_NS) as usize;
+    if v.len() <= b {
+        v.resize(b + 1, 0);
+    }
+    v[b] += by;
+}
+
+impl TimeSeries {
+    pub fn new(gpus: usize) -> Self {
+        Self { bucket_s: SERIES_BUCKET_NS as f64 / 1e9, gpu_busy_ns: vec![Vec::new(); gpus], ..Default::default() }
+    }
+    pub fn add_tokens(&mut self, t: u64, prompt: u64, output: u64) {
+        if prompt > 0 {
+            bump(&mut self.prompt_tokens, t, prompt);
+        }
+        if output > 0 {
+            bump(&mut self.output_tokens, t, output);
+        }
+    }
+    pub fn add_completion(&mut self, t: u64, violated: bool) {
+        bump(&mut self.completed, t, 1);
+        bump(&mut self.violations, t, violated as u64);
+    }
+    /// Adds a busy span to a GPU, split across the buckets it covers.
+    pub fn add_busy(&mut self, gpu: usize, start: u64, end: u64) {
+        let v = &mut self.gpu_busy_ns[gpu];
+        let mut s = start;
+        while s < end {
+            let edge = (s / SERIES_BUCKET_NS + 1) * SERIES_BUCKET_NS;
+            let e = end.min(edge);
+            bump(v, s, e - s);
+            s = e;
+        }
+    }
+    /// Pads every series to `buckets` so plots share an axis.
+    pub fn pad(&mut self, buckets: usize) {
+        for v in [&mut self.prompt_tokens, &mut self.output_tokens, &mut self.completed, &mut self.violations] {
+            v.resize(buckets.max(v.len()), 0);
+        }
+        for v in &mut self.gpu_busy_ns {
+            v.resize(buckets.max(v.len()), 0);
+        }
+    }
+}
+
+/// Per-GPU figures of a replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuStats {
+    pub gpu: u32,
+    pub sku: String,
+    pub busy_fraction: f64,
+    pub busy_s: f64,
+    pub idle_gaps: u64,
+    pub idle_gap_p50_ms: f64,
+    pub idle_gap_p90_ms: f64,
+    pub idle_gap_p99_ms: f64,
+    /// Share of idle time in gaps ≤ 1 ms, ≤ 10 ms, ≤ 100 ms, ≤ 1 s: slices only
+    /// operator-level scheduling can use.
+    pub idle_share_le_1ms: f64,
+    pub idle_share_le_10ms: f64,
+    pub idle_share_le_100ms: f64,
+    pub idle_share_le_1s: f64,
+    pub peak_memory_gb: f64,
+    pub capacity_gb: f64,
+    pub oom_events: u64,
+    pub ops: u64,
+    pub gap_histogram: GapHistogram,
+}
+
+/// Per-tenant figures of a replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantStats {
+    pub name: String,
+    pub model: String,
+    pub gpus: Vec<u32>,
+    pub kv_blocks: u32,
+    pub requests: u64,
+    pub completed: u64,
+    pub dropped: u64,
+    pub violation_rate: f64,
+    pub prompt_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub ttft_p50_ms: f64,
+    pub ttft_p90_ms: f64,
+    pub ttft_p99_ms: f64,
+    pub tpot_p50_ms: f64,
+    pub tpot_p90_ms: f64,
+    pub tpot_p99_ms: f64,
+    pub preemptions: u64,
+    pub sla_ttft_ms: f64,
+    pub sla_ttft_ms_per_1k: f64,
+    pub sla_tpot_ms: f64,
+}
+
+/// Wall-clock figures: the only part of a summary that may differ between runs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timing {
+    pub sim_wall_s: f64,
+    pub op_events_per_s: f64,
+}
+
+/// The replay's summary (`summary.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub policy: String,
+    pub scenario: String,
+    pub seed: u64,
+    pub requests: u64,
+    pub completed: u64,
+    pub dropped: u64,
+    pub dropped_by_reason: Vec<(String, u64)>,
+    pub skipped_trace_rows: Vec<(String, u64)>,
+    pub violation_rate: f64,
+    pub duration_s: f64,
+    pub prompt_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub ttft_p50_ms: f64,
+    pub ttft_p90_ms: f64,
+    pub ttft_p99_ms: f64,
+    pub tpot_p50_ms: f64,
+    pub tpot_p90_ms: f64,
+    pub tpot_p99_ms: f64,
+    pub oom_events: u64,
+    pub op_events: u64,
+    pub iterations: u64,
+    pub preemptions: u64,
+    /// Placements the core refused, by reason (the op then ran on its home group).
+    pub rejected_placements: Vec<(String, u64)>,
+    pub gpu_busy_fraction: f64,
+    pub tenants: Vec<TenantStats>,
+    pub gpus: Vec<GpuStats>,
+    pub timing: Timing,
+}
+
+/// Nearest-rank quantile of unsorted values, in ms.
+pub(crate) fn quantile_ms(v: &mut [u64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i] as f64 / 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gap_buckets_are_log_spaced() {
+        assert_eq!(gap_bucket(500), 0);
+        assert_eq!(gap_bucket(1_000_000), 30);
+        assert_eq!(gap_bucket(1_000_001), 31);
+        let mut h = GapHistogram::default();
+        h.record(500_000);
+        h.record(5_000_000_000);
+        assert!((h.quantile_ms(0.5) - 0.501).abs() < 0.01, "{}", h.quantile_ms(0.5));
+        assert!(h.idle_fraction_below_ms(1.0) < 0.001);
+    }
+
+    #[test]
+    fn busy_spans_split_over_buckets() {
+        let mut s = TimeSeries::new(1);
+        s.add_busy(0, 900_000_000, 2_100_000_000);
+        assert_eq!(s.gpu_busy_ns[0], vec![100_000_000, 1_000_000_000, 100_000_000]);
+    }
+
+    #[test]
+    fn quantiles() {
+        let mut v: Vec<u64> = (1..=100).map(|x| x * 1_000_000).collect();
+        assert_eq!(quantile_ms(&mut v, 0.99), 99.0);
+        assert_eq!(quantile_ms(&mut v, 0.5), 50.0);
+    }
+}

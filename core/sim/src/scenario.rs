@@ -1,0 +1,275 @@
+//! Scenario files: cluster, tenants, traces, seed.
+
+use serde::{Deserialize, Serialize};
+use slicesched_engine::{EngineConfig, Sla};
+use slicesched_gmg::{Deployment, DeploymentError};
+use slicesched_hw::{Cluster, ClusterSpec, GpuId};
+use slicesched_model::{IterationBatch, ModelConfig, PrefillItem};
+use slicesched_trace::{Request, TraceSpec};
+use std::path::{Path, PathBuf};
+
+/// A scenario as written in TOML.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub seed: u64,
+    /// Seconds of trace to replay (each tenant's window).
+    pub duration_s: Option<f64>,
+    /// After the last arrival, how long requests may still finish before the replay
+    /// stops and reports the rest as dropped.
+    #[serde(default = "default_drain")]
+    pub drain_s: f64,
+    pub cluster: ClusterRef,
+    #[serde(default)]
+    pub engine: EngineConfig,
+    #[serde(default)]
+    pub memory: MemorySpec,
+    pub tenants: Vec<TenantSpec>,
+}
+
+fn default_drain() -> f64 {
+    600.0
+}
+
+/// A cluster given inline or as a path to its TOML file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ClusterRef {
+    Path(String),
+    Inline(ClusterSpec),
+}
+
+/// How much device memory serving may use.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemorySpec {
+    /// Fraction of device memory the engines may use (vLLM's gpu_memory_utilization).
+    pub gpu_memory_utilization: f64,
+    /// Never touched by serving: CUDA context, fragmentation, NCCL buffers.
+    pub reserve_gb: f64,
+}
+
+impl Default for MemorySpec {
+    fn default() -> Self {
+        Self { gpu_memory_utilization: 0.90, reserve_gb: 0.0 }
+    }
+}
+
+/// One tenant.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    pub name: String,
+    /// A preset name or a path to a `config.json` / `model_config.yml`.
+    pub model: String,
+    /// Home GPUs: the tenant's container. Its ops run here under `dedicated`.
+    pub gpus: Vec<u32>,
+    pub sla: Sla,
+    pub trace: TraceSpec,
+    /// Overrides of the scenario's engine settings.
+    #[serde(default)]
+    pub engine: Option<EngineConfig>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: {msg}")]
+    Parse { path: String, msg: String },
+    #[error("{path}: {field}: {msg}")]
+    Field { path: String, field: String, msg: String },
+}
+
+/// A tenant resolved against the cluster.
+#[derive(Debug, Clone)]
+pub struct TenantSetup {
+    pub name: String,
+    pub model: ModelConfig,
+    pub gpus: Vec<GpuId>,
+    pub sla: Sla,
+    pub engine: EngineConfig,
+    /// KV-cache blocks its engine gets.
+    pub kv_blocks: u32,
+    /// Peak activation bytes per GPU of one iteration at the full token budget.
+    pub activation_reserve: u64,
+}
+
+/// A loaded, validated scenario with its requests materialised.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub spec: ScenarioSpec,
+    pub path: PathBuf,
+    pub cluster: Cluster,
+    pub tenants: Vec<TenantSetup>,
+    pub deployment: Deployment,
+    /// (tenant index, request), sorted by arrival then tenant.
+    pub requests: Vec<(u32, Request)>,
+    /// Rows skipped while reading traces, as "tenant: reason" with counts.
+    pub skipped: Vec<(String, u64)>,
+    pub memory: MemorySpec,
+}
+
+impl Scenario {
+    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { path: p.clone(), source })?;
+        let spec: ScenarioSpec = toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p.clone(), msg: e.to_string() })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::from_spec(spec, path, base)
+    }
+
+    /// Resolves models, cluster, deployment and traces. `path` labels errors.
+    pub fn from_spec(spec: ScenarioSpec, path: &Path, base: &Path) -> Result<Self, ScenarioError> {
+        let p = path.display().to_string();
+        let field = |f: String, msg: String| ScenarioError::Field { path: p.clone(), field: f, msg };
+        let cluster = match &spec.cluster {
+            ClusterRef::Path(c) => Cluster::from_file(&base.join(c)),
+            ClusterRef::Inline(c) => Cluster::from_spec(c, &format!("{p}: cluster")),
+        }
+        .map_err(|e| field("cluster".into(), e.to_string()))?;
+        if spec.tenants.is_empty() {
+            return Err(field("tenants".into(), "a scenario needs at least one tenant".into()));
+        }
+        if !(spec.drain_s.is_finite() && spec.drain_s >= 0.0) {
+            return Err(field("drain_s".into(), "must be a non-negative number".into()));
+        }
+        if let Some(d) = spec.duration_s {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(field("duration_s".into(), "must be positive".into()));
+            }
+        }
+        let mem = spec.memory;
+        if !(mem.gpu_memory_utilization > 0.0 && mem.gpu_memory_utilization <= 1.0) {
+            return Err(field("memory.gpu_memory_utilization".into(), "must be in (0, 1]".into()));
+        }
+        if !(mem.reserve_gb.is_finite() && mem.reserve_gb >= 0.0) {
+            return Err(field("memory.reserve_gb".into(), "must be non-negative".into()));
+        }
+
+        let mut deployment = Deployment::default();
+        let mut tenants = Vec::with_capacity(spec.tenants.len());
+        for (i, t) in spec.tenants.iter().enumerate() {
+            let tf = |name: &str| format!("tenants[{i}] ({}).{name}", t.name);
+            if t.name.is_empty() || spec.tenants[..i].iter().any(|o| o.name == t.name) {
+                return Err(field(format!("tenants[{i}].name"), format!("`{}` is empty or not unique", t.name)));
+            }
+            let model = ModelConfig::resolve(&t.model, base).map_err(|e| field(tf("model"), e.to_string()))?;
+            let gpus: Vec<GpuId> = t.gpus.iter().map(|&g| GpuId(g)).collect();
+            Deployment::check_gpus(&cluster, &t.name, &gpus).map_err(|e| field(tf("gpus"), e.to_string()))?;
+            model.check_tp(gpus.len() as u32).map_err(|e| field(tf("gpus"), e))?;
+            t.sla.check().map_err(|e| field(tf("sla"), e))?;
+            let engine = t.engine.unwrap_or(spec.engine);
+            if engine.max_batched_tokens == 0 || engine.max_num_seqs == 0 || engine.block_size == 0 {
+                return Err(field(tf("engine"), "max_batched_tokens, max_num_seqs and block_size must be positive".into()));
+            }
+            let group = deployment.group_for(&gpus);
+            let tp = gpus.len() as u32;
+            deployment.homes.push(slicesched_gmg::TenantHome {
+                tenant: slicesched_gmg::TenantId(i as u32),
+                group,
+                layers: (0, model.num_hidden_layers as u32),
+                weight_bytes_per_gpu: model.weight_bytes_per_gpu(tp),
+                is_home: true,
+            });
+            let activation_reserve = peak_activation_bytes(&model, tp, engine.max_batched_tokens);
+            tenants.push(TenantSetup { name: t.name.clone(), model, gpus, sla: t.sla, engine, kv_blocks: 0, activation_reserve });
+        }
+        size_kv_caches(&cluster, &deployment, &mut tenants, mem).map_err(|e| field("tenants".into(), e.to_string()))?;
+
+        let mut requests = Vec::new();
+        let mut skipped = Vec::new();
+        for (i, t) in spec.tenants.iter().enumerate() {
+            let loaded = t
+                .trace
+                .load(base, spec.seed.wrapping_add(i as u64), spec.duration_s.unwrap_or(3600.0))
+                .map_err(|e| field(format!("tenants[{i}] ({}).trace", t.name), e.to_string()))?;
+            for (reason, n) in loaded.skipped {
+                skipped.push((format!("{}: {reason}", t.name), n));
+            }
+            requests.extend(loaded.requests.into_iter().map(|r| (i as u32, r)));
+        }
+        requests.sort_by_key(|(t, r)| (r.arrival_ns, *t));
+        Ok(Self { spec, path: path.to_path_buf(), cluster, tenants, deployment, requests, skipped, memory: mem })
+    }
+
+    /// Bytes per GPU that serving never uses.
+    pub fn unusable_bytes(&self, capacity: u64) -> u64 {
+        unusable(capacity, self.memory)
+    }
+}
+
+fn unusable(capacity: u64, mem: MemorySpec) -> u64 {
+    let util = (capacity as f64 * (1.0 - mem.gpu_memory_utilization)) as u64;
+    util + (mem.reserve_gb * 1e9) as u64
+}
+
+/// Peak live activation bytes of one iteration executed op by op, at the full budget.
+pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -> u64 {
+    let batch = IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: true }], decodes: vec![] };
+    let dag = model.iteration_dag(&batch, tp);
+    // One layer's worth is enough: every layer's live set is the same.
+    let n = (dag.head.len() + 2 * dag.layer.len()).min(dag.len() as usize) as u32;
+    let mut consumers = vec![0u32; dag.len() as usize];
+    for (p, c, _) in dag.edges() {
+        if c < n {
+            consumers[p as usize] += 1;
+        }
+    }
+    let (mut live, mut peak) = (0u64, 0u64);
+    for i in 0..n {
+        let out = dag.op(i).spec.out_bytes;
+        live += out;
+        peak = peak.max(live);
+        for p in dag.preds(i) {
+            consumers[p as usize] -= 1;
+            if consumers[p as usize] == 0 {
+                live -= dag.op(p).spec.out_bytes;
+            }
+        }
+    }
+    peak
+}
+
+/// Splits each GPU's memory left after weights and activation reserves evenly among
+/// the tenants whose home includes it, and sizes every tenant's KV cache from its
+/// tightest GPU.
+fn size_kv_caches(cluster: &Cluster, dep: &Deployment, tenants: &mut [TenantSetup], mem: MemorySpec) -> Result<(), DeploymentError> {
+    let n = cluster.len();
+    let mut residents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, t) in tenants.iter().enumerate() {
+        for g in &t.gpus {
+            residents[g.0 as usize].push(i);
+        }
+    }
+    let mut share = vec![0u64; n];
+    for g in 0..n {
+        let cap = cluster.gpus[g].sku.memory;
+        let usable = cap - unusable(cap, mem).min(cap);
+        let weights = dep.weight_bytes_on(GpuId(g as u32));
+        let acts: u64 = residents[g].iter().map(|&i| tenants[i].activation_reserve).sum();
+        let need = weights + acts;
+        if need >= usable && !residents[g].is_empty() {
+            let names = residents[g].iter().map(|&i| tenants[i].name.as_str()).collect::<Vec<_>>().join(", ");
+            return Err(DeploymentError::DoesNotFit { gpu: g as u32, need_gb: need as f64 / 1e9, cap_gb: usable as f64 / 1e9, tenants: names });
+        }
+        share[g] = (usable - need) / residents[g].len().max(1) as u64;
+    }
+    for t in tenants.iter_mut() {
+        let per_block = t.model.kv_bytes_per_token(t.gpus.len() as u32) * t.engine.block_size as u64;
+        let free = t.gpus.iter().map(|g| share[g.0 as usize]).min().unwrap_or(0);
+        t.kv_blocks = (free / per_block).min(u32::MAX as u64) as u32;
+        if t.kv_blocks == 0 {
+            return Err(DeploymentError::DoesNotFit {
+                gpu: t.gpus[0].0,
+                need_gb: per_block as f64 / 1e9,
+                cap_gb: free as f64 / 1e9,
+                tenants: format!("{} (no room for a single KV block)", t.name),
+            });
+        }
+    }
+    Ok(())
+}
