@@ -15,7 +15,7 @@ pub fn find_column(headers: &csv::StringRecord, name: &str, label: &str) -> Resu
     let norm = |s: &str| s.trim_start_matches('\u{feff}').trim().to_ascii_lowercase();
     let want = norm(name);
     headers.iter().position(|h| norm(h) == want).ok_or_else(|| {
-        let have: Vec<&str> = headers.iter().collect();
+        let have: Vec<&str> = headers.iter().map(str::trim).collect();
         row_err(label, 1, name, format!("missing column (header has: {})", have.join(", ")))
     })
 }
@@ -23,7 +23,14 @@ pub fn find_column(headers: &csv::StringRecord, name: &str, label: &str) -> Resu
 pub fn csv_reader<R: std::io::Read>(r: R) -> csv::Reader<R> {
     // Flexible so that a short row is reported as a missing *field* by name rather than
     // as an anonymous record-length mismatch.
-    csv::ReaderBuilder::new().has_headers(true).flexible(true).from_reader(r)
+    // `\n` only as terminator: with the default CRLF handling csv-core reports wrong
+    // line numbers for CRLF files (Azure's layout); the stray `\r` ends up at the end
+    // of the last cell, and every cell is trimmed.
+    csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_reader(r)
 }
 
 pub fn csv_err(e: csv::Error, label: &str) -> TraceError {
