@@ -3,7 +3,9 @@
 //! File traces go through these steps, in this order:
 //! 1. parse `path` (relative to the scenario's directory): rows sorted stably by
 //!    time, the first at 0;
-//! 2. mooncake: spread requests sharing a quantised timestamp (`spread`, `bucket_s`);
+//! 2. spread requests sharing a quantised timestamp over its bucket (`spread`,
+//!    `bucket_s`): on by default for mooncake (3 s buckets), opt-in for burstgpt
+//!    (whole-second timestamps, 1 s buckets);
 //! 3. the loop period is fixed from the whole trace (span + one mean gap), before any
 //!    rows are dropped, so tenants cut from one file share one clock;
 //! 4. burstgpt: keep rows whose `Model` equals `model` (ASCII case-insensitive);
@@ -17,6 +19,23 @@
 //! Synthetic kinds generate `window_s` (default: the duration) seconds at rates times
 //! `rate_scale`, then apply `split`. Fields that a kind does not use are errors, so a
 //! typo'd or misplaced setting never silently does nothing.
+//!
+//! ```toml
+//! [tenants.trace]   # one table per tenant; one of:
+//! kind = "azure"
+//! path = "../data/traces/azure2023_code.csv"
+//! offset_s = 900.0                    # start 15 min in (wraps at the end)
+//! rate_scale = 1.5
+//! split = { parts = 2, part = 0 }     # disjoint half of the rows
+//!
+//! kind = "burstgpt"                   # path = ..., model = "ChatGPT", spread = true
+//! kind = "mooncake"                   # path = ..., spread = true, bucket_s = 3.0
+//! kind = "poisson"                    # rate = 4.0
+//! kind = "gamma"                      # rate = 4.0, cv = 3.0
+//! kind = "onoff"                      # rate_on = 20.0, rate_off = 0.5, mean_on_s = 10.0, mean_off_s = 60.0
+//! prompt = { dist = "lognormal", median = 1469, p90 = 5188, max = 8192 }
+//! output = { dist = "lognormal", mean = 200, sigma = 1.0 }   # or "fixed" value / "uniform" min, max
+//! ```
 
 use crate::synth::{generate, Arrivals, LengthDist};
 use crate::{load_file, mooncake, reason, transform, Format, Loaded, TraceError};
@@ -64,9 +83,10 @@ pub struct TraceSpec {
     pub split: Option<Split>,
     /// burstgpt: keep only this `Model`.
     pub model: Option<String>,
-    /// mooncake: spread quantised timestamps (default true).
+    /// mooncake, burstgpt: spread quantised timestamps (default true for mooncake,
+    /// false for burstgpt).
     pub spread: Option<bool>,
-    /// mooncake: the quantisation bucket, seconds (default 3).
+    /// mooncake, burstgpt: the quantisation bucket, seconds (default 3 and 1).
     pub bucket_s: Option<f64>,
     /// poisson, gamma: requests per second.
     pub rate: Option<f64>,
@@ -127,8 +147,8 @@ impl TraceSpec {
             ("path", self.path.is_some(), &[Azure, Burstgpt, Mooncake][..]),
             ("offset_s", self.offset_s.is_some(), &[Azure, Burstgpt, Mooncake]),
             ("model", self.model.is_some(), &[Burstgpt]),
-            ("spread", self.spread.is_some(), &[Mooncake]),
-            ("bucket_s", self.bucket_s.is_some(), &[Mooncake]),
+            ("spread", self.spread.is_some(), &[Mooncake, Burstgpt]),
+            ("bucket_s", self.bucket_s.is_some(), &[Mooncake, Burstgpt]),
             ("rate", self.rate.is_some(), &[Poisson, Gamma]),
             ("cv", self.cv.is_some(), &[Gamma]),
             ("rate_on", self.rate_on.is_some(), &[Onoff]),
@@ -217,9 +237,10 @@ impl TraceSpec {
         };
         let mut loaded = load_file(&base_dir.join(path), format)?;
         let reqs = &mut loaded.requests;
-        if self.kind == TraceKind::Mooncake && self.spread.unwrap_or(true) {
-            let bucket = (self.bucket_s.map_or(mooncake::DEFAULT_BUCKET_NS as f64, |b| b * 1e9)) as u64;
-            mooncake::spread_buckets(reqs, seed, bucket);
+        let is_mooncake = self.kind == TraceKind::Mooncake;
+        if self.spread.unwrap_or(is_mooncake) {
+            let default_s = if is_mooncake { mooncake::DEFAULT_BUCKET_NS as f64 / 1e9 } else { 1.0 };
+            mooncake::spread_buckets(reqs, seed, (self.bucket_s.unwrap_or(default_s) * 1e9) as u64);
         }
         let period = transform::period_ns(reqs.len(), reqs.last().map_or(0, |r| r.arrival_ns));
         if let Some(model) = &self.model {

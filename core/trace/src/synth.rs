@@ -154,11 +154,14 @@ impl Arrivals {
                 let e = Exp::new(rate).map_err(|e| TraceError::Spec(format!("poisson arrivals: {e}")))?;
                 renewal(&mut out, duration_s, || e.sample(&mut rng))
             }
-            Self::Gamma { rate, cv } if cv == 0.0 => renewal(&mut out, duration_s, || 1.0 / rate),
             Self::Gamma { rate, cv } => {
-                let g = Gamma::new(1.0 / (cv * cv), cv * cv / rate)
-                    .map_err(|e| TraceError::Spec(format!("gamma arrivals: {e}")))?;
-                renewal(&mut out, duration_s, || g.sample(&mut rng))
+                if cv == 0.0 {
+                    renewal(&mut out, duration_s, || 1.0 / rate)
+                } else {
+                    let g = Gamma::new(1.0 / (cv * cv), cv * cv / rate)
+                        .map_err(|e| TraceError::Spec(format!("gamma arrivals: {e}")))?;
+                    renewal(&mut out, duration_s, || g.sample(&mut rng))
+                }
             }
             Self::OnOff { rate_on, rate_off, mean_on_s, mean_off_s } => {
                 let p_on = mean_on_s / (mean_on_s + mean_off_s);

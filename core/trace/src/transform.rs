@@ -139,10 +139,8 @@ mod tests {
         let n = 1000;
         let mut seen = vec![0; n];
         for part in 0..3 {
-            for i in 0..n {
-                if split_part(9, i as u64, 3) == part {
-                    seen[i] += 1;
-                }
+            for (i, c) in seen.iter_mut().enumerate() {
+                *c += u32::from(split_part(9, i as u64, 3) == part);
             }
         }
         assert!(seen.iter().all(|&c| c == 1));

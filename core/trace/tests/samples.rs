@@ -112,3 +112,16 @@ fn offset_wraps_around() {
         vec![(250_000_000, 7400, 9), (1_375_000_000, 1200, 40), (1_875_000_000, 300, 12)]
     );
 }
+
+#[test]
+fn burstgpt_spread_is_opt_in() {
+    let mut spec = TraceSpec::new(TraceKind::Burstgpt);
+    spec.path = Some("burstgpt_sample.csv".into());
+    let raw = spec.load(&fixtures(), 3, f64::INFINITY).unwrap().requests;
+    assert_eq!((raw[0].arrival_ns, raw[1].arrival_ns), (0, 0));
+    spec.spread = Some(true);
+    let spread = spec.load(&fixtures(), 3, f64::INFINITY).unwrap().requests;
+    assert!(spread[1].arrival_ns < 1_000_000_000 && spread[0].arrival_ns <= spread[1].arrival_ns);
+    assert_eq!(spread[1].prompt_tokens, 1400, "order within the second is kept");
+    assert_eq!(spread[2].arrival_ns, 14_000_000_000);
+}

@@ -96,6 +96,7 @@ fn unknown_and_misplaced_fields_are_rejected() {
         "kind = \"poisson\"\nrate = 1.0\npath = \"a.csv\"",
         "kind = \"poisson\"\nrate = 1.0\noffset_s = 3.0",
         "kind = \"gamma\"\nrate = 1.0\ncv = 1.0\nspread = true",
+        "kind = \"azure\"\npath = \"a.csv\"\nbucket_s = 1.0",
         "kind = \"azure\"\npath = \"a.csv\"\nsplit = { parts = 2, part = 2 }",
         "kind = \"azure\"\npath = \"a.csv\"\nrate_scale = 0.0",
         "kind = \"azure\"\npath = \"a.csv\"\nwindow_s = -1.0",
