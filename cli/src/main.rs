@@ -1,1 +1,36 @@
-fn main() {}
+//! `slicesched`: a thin binary that calls one function per command.
+
+mod bench;
+mod cost;
+mod replay;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "slicesched", version, about = "Operator-level scheduling of multi-tenant LLM serving")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a scenario's traces on its simulated cluster under a policy.
+    Replay(replay::Args),
+    /// Cost-model commands.
+    Cost {
+        #[command(subcommand)]
+        command: cost::Command,
+    },
+    /// Measure simulator throughput (op events/s) and whole-replay wall time.
+    Bench(bench::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Replay(a) => replay::run(a),
+        Command::Cost { command } => cost::run(command),
+        Command::Bench(a) => bench::run(a),
+    }
+}

@@ -1,0 +1,73 @@
+//! `slicesched replay`.
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use slicesched_cost::CostModel;
+use slicesched_sim::{replay, ReplayOptions, ReplayResult, Scenario};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenario TOML file.
+    #[arg(long)]
+    scenario: PathBuf,
+    /// Policy name (built-in: dedicated).
+    #[arg(long, default_value = "dedicated")]
+    policy: String,
+    /// Output directory for summary.json, requests.csv and plots.
+    #[arg(long)]
+    out: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Loads, replays and times a scenario, with a progress bar on stderr.
+pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> Result<ReplayResult> {
+    let Some(mut pol) = slicesched_policy::builtin(policy) else {
+        bail!("unknown policy `{policy}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
+    };
+    let cost = CostModel::default_a100();
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} sim {msg}").expect("static template"),
+    );
+    let started = Instant::now();
+    let mut result = replay(scenario, pol.as_mut(), cost, ReplayOptions::default(), &mut |p| {
+        bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
+        bar.set_message(format!(
+            "{:.0} s, {:.1} M op events, {}/{} requests done",
+            p.sim_ns as f64 / 1e9,
+            p.op_events as f64 / 1e6,
+            p.completed,
+            p.requests
+        ));
+    });
+    bar.finish_and_clear();
+    let wall = started.elapsed().as_secs_f64();
+    result.summary.timing.sim_wall_s = wall;
+    result.summary.timing.op_events_per_s = result.summary.op_events as f64 / wall.max(1e-9);
+    Ok(result)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let scenario = Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
+    let result = replay_with_progress(&scenario, &a.policy, a.quiet)?;
+    print!("{}", slicesched_report::summary_table(&result.summary));
+    println!(
+        "simulated {} op events in {:.2} s wall ({:.2} M op events/s)",
+        result.summary.op_events,
+        result.summary.timing.sim_wall_s,
+        result.summary.timing.op_events_per_s / 1e6
+    );
+    let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
+    let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;
+    for f in files {
+        println!("wrote {}", f.display());
+    }
+    if result.summary.oom_events > 0 {
+        bail!("{} OOM events: the memory-safety invariant was broken", result.summary.oom_events);
+    }
+    Ok(())
+}
