@@ -18,7 +18,7 @@ pub(crate) fn kind_of(name: &str) -> Option<OpKind> {
 
 /// Lookup key of an op's exact shape. The final norm is the same kernel as the input
 /// norm, so it shares its curves.
-pub(crate) fn shape_key(kind: OpKind, shape: &OpShape) -> Option<(u8, u64, u64)> {
+pub(crate) fn shape_key(kind: OpKind, shape: &OpShape) -> Option<ShapeKey> {
     let kind = if kind == OpKind::FinalNorm { OpKind::InputNorm } else { kind };
     match *shape {
         OpShape::Gemm { n, k, .. } => Some((kind as u8, n, k)),
@@ -39,10 +39,14 @@ pub(crate) fn gemm_pool_x(spec: &OpSpec, peak: f64, bw: f64) -> f64 {
 
 /// The spec of a profiled `mlp.csv` op for `tokens` tokens at TP `tp`.
 pub(crate) fn profiled_spec(cfg: &ModelConfig, tokens: u32, tp: u32, kind: OpKind) -> Option<OpSpec> {
-    let batch = IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: false }], decodes: vec![] };
+    let batch =
+        IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: false }], decodes: vec![] };
     let dag = cfg.iteration_dag(&batch, tp);
     dag.head.into_iter().chain(dag.layer).find(|o| o.kind == kind)
 }
+
+/// (op kind, GEMM n or elementwise width, GEMM k).
+pub(crate) type ShapeKey = (u8, u64, u64);
 
 /// One measured op: its spec and median seconds.
 struct Point {
@@ -66,7 +70,9 @@ impl CostModel {
                 };
                 let dag = m.config.iteration_dag(&batch, row.tp);
                 for (secs, kind) in row.secs.iter().zip(&kinds) {
-                    let (Some(secs), Some(kind)) = (*secs, *kind) else { continue };
+                    let (Some(secs), Some(kind)) = (*secs, *kind) else {
+                        continue;
+                    };
                     if secs <= 0.0 {
                         continue;
                     }
@@ -88,7 +94,7 @@ impl CostModel {
 
     /// Exact-shape curves: ln(r) over ln(tokens), measured times made monotone first.
     fn fit_shapes(&mut self, points: &[Point], sku: &GpuSku) {
-        let mut keyed: Vec<((u8, u64, u64), u64, f64, f64)> = points
+        let mut keyed: Vec<(ShapeKey, u64, f64, f64)> = points
             .iter()
             .filter_map(|p| {
                 let key = shape_key(p.spec.kind, &p.spec.shape)?;

@@ -18,7 +18,8 @@ mod validate;
 
 pub use profiles::ProfileSet;
 pub use validate::{
-    holdout, leave_one_model_out, validate, validate_leave_one_model_out, ModelReport, OpError, Overall, ValidationReport,
+    holdout, leave_one_model_out, validate, validate_leave_one_model_out, ModelReport, OpError, Overall,
+    ValidationReport,
 };
 
 use attn::{AttnFit, Heads};
@@ -48,8 +49,11 @@ pub struct DeviceCtx {
 impl DeviceCtx {
     /// A catalog SKU whose group talks over its own NVLink (PCIe when it has none).
     pub fn single_node(sku: GpuSku) -> Self {
-        let (kind, bandwidth, latency_ns) =
-            if sku.nvlink_bw > 0.0 { (LinkKind::NvLink, sku.nvlink_bw, 8_000) } else { (LinkKind::Pcie, sku.pcie_bw, 12_000) };
+        let (kind, bandwidth, latency_ns) = if sku.nvlink_bw > 0.0 {
+            (LinkKind::NvLink, sku.nvlink_bw, 8_000)
+        } else {
+            (LinkKind::Pcie, sku.pcie_bw, 12_000)
+        };
         Self { group_link: Link { kind, bandwidth, latency_ns }, sku }
     }
 }

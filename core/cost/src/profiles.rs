@@ -125,7 +125,12 @@ impl ProfileSet {
                     Some((l, t)) => parse_attention(l, t)?,
                     None => Vec::new(),
                 };
-                set.models.push(ModelProfile { name: folder.to_string(), config, mlp: parse_mlp(mlp_label, mlp_text)?, attention });
+                set.models.push(ModelProfile {
+                    name: folder.to_string(),
+                    config,
+                    mlp: parse_mlp(mlp_label, mlp_text)?,
+                    attention,
+                });
             } else if get("all_reduce.csv").is_some() || get("send_recv.csv").is_some() {
                 let mut net = NetProfile { name: folder.to_string(), ..Default::default() };
                 if let Some((l, t)) = get("all_reduce.csv") {
@@ -299,7 +304,8 @@ pub fn parse_attention(path: &str, text: &str) -> Result<Vec<AttnRow>, CostError
     let c = |n| t.col(n);
     let (pre_t, dec_t) = (c("time_stats.attn_prefill.median")?, c("time_stats.attn_decode.median")?);
     let (embd, qh, kvh, tp) = (c("n_embd")?, c("n_q_head")?, c("n_kv_head")?, c("num_tensor_parallel_workers")?);
-    let (batch, chunk, kv, is_pre) = (c("batch_size")?, c("prefill_chunk_size")?, c("kv_cache_size")?, c("is_prefill")?);
+    let (batch, chunk, kv, is_pre) =
+        (c("batch_size")?, c("prefill_chunk_size")?, c("kv_cache_size")?, c("is_prefill")?);
     let mut out = Vec::new();
     t.rows(|r| {
         let prefill = r.boolean(is_pre)?;
@@ -318,7 +324,7 @@ pub fn parse_attention(path: &str, text: &str) -> Result<Vec<AttnRow>, CostError
             tp: count(r, tp)?,
             secs,
         };
-        if row.q_heads == 0 || row.tp == 0 || row.kv_heads == 0 || row.embd % row.q_heads != 0 {
+        if row.q_heads == 0 || row.tp == 0 || row.kv_heads == 0 || !row.embd.is_multiple_of(row.q_heads) {
             return Err(r.err(qh, "inconsistent head counts".into()));
         }
         out.push(row);
@@ -369,7 +375,9 @@ mod tests {
         assert!(e.contains("line 2") && e.contains("time_stats.emb.median"), "{e}");
         let e = parse_mlp("m.csv", &format!("{head}0.1,8\n")).unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
-        let e = parse_network("n.csv", "time_stats.send_recv.median,num_workers,size\n", "send_recv").unwrap_err().to_string();
+        let e = parse_network("n.csv", "time_stats.send_recv.median,num_workers,size\n", "send_recv")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("devices_per_node"), "{e}");
     }
 }

@@ -9,7 +9,8 @@ fn dev(name: &str) -> DeviceCtx {
 
 fn op(model: &str, tokens: u32, tp: u32, kind: OpKind) -> OpSpec {
     let m = ModelConfig::preset(model).unwrap();
-    let b = IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: true }], decodes: vec![] };
+    let b =
+        IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: true }], decodes: vec![] };
     let d = m.iteration_dag(&b, tp);
     d.head.iter().chain(&d.layer).chain(&d.tail).find(|o| o.kind == kind).unwrap().clone()
 }
@@ -68,7 +69,8 @@ fn attention_grows_with_context_and_chunks_add() {
         let dag = cfg.iteration_dag(&b, 2);
         m.op_ns(&d, dag.layer.iter().find(|o| o.kind == OpKind::Attention).unwrap())
     };
-    let dec = |n: usize, kv: u32| attn(IterationBatch { prefills: vec![], decodes: vec![DecodeItem { kv_len: kv }; n] });
+    let dec =
+        |n: usize, kv: u32| attn(IterationBatch { prefills: vec![], decodes: vec![DecodeItem { kv_len: kv }; n] });
     assert!(dec(32, 4000) > dec(32, 500));
     assert!(dec(64, 1000) > dec(8, 1000));
     let pre = |c: u32, p: u32| PrefillItem { chunk: c, prior_kv: p, samples: false };
@@ -88,10 +90,19 @@ fn collectives_scale_with_the_link() {
     assert!(b > 3 * a, "nvlink {a} ns, network {b} ns");
     // 2048 × 8192 × 2 B = 32 MiB over 4 A100s: NCCL measured ~0.3 ms.
     assert!((150_000..600_000).contains(&a), "{a}");
-    let t = OpSpec { kind: OpKind::Transfer, shape: OpShape::Transfer { bytes: 1 << 30 }, flops: 0, bytes: 0, weight_bytes: 0, out_bytes: 0, tp: 1 };
+    let t = OpSpec {
+        kind: OpKind::Transfer,
+        shape: OpShape::Transfer { bytes: 1 << 30 },
+        flops: 0,
+        bytes: 0,
+        weight_bytes: 0,
+        out_bytes: 0,
+        tp: 1,
+    };
     let ns = m.op_ns(&nv, &t);
     assert!(ns > (1e9 * (1u64 << 30) as f64 / 300e9) as u64, "{ns}");
-    let same = DeviceCtx { group_link: Link { kind: LinkKind::SameDevice, bandwidth: f64::INFINITY, latency_ns: 0 }, ..nv };
+    let same =
+        DeviceCtx { group_link: Link { kind: LinkKind::SameDevice, bandwidth: f64::INFINITY, latency_ns: 0 }, ..nv };
     assert_eq!(m.op_ns(&same, &t), 0);
 }
 
@@ -103,4 +114,26 @@ fn fitting_is_fast_enough() {
     // Debug builds are ~10× slower than release; the bound is for release.
     let limit = if cfg!(debug_assertions) { 10.0 } else { 1.0 };
     assert!(t.elapsed().as_secs_f64() < limit, "{:?}", t.elapsed());
+}
+
+/// `cargo test -p slicesched-cost --release -- --ignored --nocapture op_ns_cost`
+#[test]
+#[ignore = "timing, run by hand in release"]
+fn op_ns_cost() {
+    let m = CostModel::default_a100();
+    let d = dev("A100");
+    let cfg = ModelConfig::preset("llama-3-8b").unwrap();
+    let b = IterationBatch {
+        prefills: vec![PrefillItem { chunk: 512, prior_kv: 1024, samples: true }],
+        decodes: vec![DecodeItem { kv_len: 900 }; 48],
+    };
+    let dag = cfg.iteration_dag(&b, 2);
+    let ops: Vec<&OpSpec> = dag.head.iter().chain(&dag.layer).chain(&dag.tail).collect();
+    let n = 2_000_000;
+    let t = std::time::Instant::now();
+    let mut sum = 0u64;
+    for i in 0..n {
+        sum = sum.wrapping_add(m.op_ns(&d, std::hint::black_box(ops[i % ops.len()])));
+    }
+    eprintln!("op_ns: {:.1} ns/call over {} ops (checksum {sum})", t.elapsed().as_nanos() as f64 / n as f64, ops.len());
 }

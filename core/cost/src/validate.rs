@@ -95,7 +95,9 @@ enum Sample {
 pub fn validate(fit_dir: &Path, test_dir: &Path, test_sku: Option<&str>) -> Result<ValidationReport, CostError> {
     let canon = |p: &Path| p.canonicalize().map_err(|e| CostError::Io { path: p.display().to_string(), source: e });
     let sku = match test_sku {
-        Some(n) => slicesched_hw::sku(n).map_err(|e| CostError::Invalid { path: "--sku".into(), msg: e.to_string() })?,
+        Some(n) => {
+            slicesched_hw::sku(n).map_err(|e| CostError::Invalid { path: "--sku".into(), msg: e.to_string() })?
+        }
         None => a100(),
     };
     let fit_set = ProfileSet::from_dir(fit_dir)?;
@@ -144,9 +146,9 @@ pub fn holdout(set: &ProfileSet, sku: &GpuSku) -> ValidationReport {
                     held.push(Sample::Attn(r.clone()));
                 }
             }
-            train.models[mi].attention.retain(|r| {
-                r.prefill != phase || !out.contains(&((r.chunk.max(r.batch) as u64) << 32 | r.kv as u64))
-            });
+            train.models[mi]
+                .attention
+                .retain(|r| r.prefill != phase || !out.contains(&((r.chunk.max(r.batch) as u64) << 32 | r.kv as u64)));
         }
     }
     let model = CostModel::fit(&train, &a100()).expect("fitting a parsed set cannot fail");
@@ -167,10 +169,10 @@ pub fn leave_one_model_out(set: &ProfileSet) -> Vec<ModelReport> {
         train.models.remove(mi);
         let has_attn = train.models.iter().any(|t| !t.attention.is_empty());
         let model = CostModel::fit(&train, &a100()).expect("fitting a parsed set cannot fail");
-        let samples =
-            all_samples(set).into_iter().filter(|s| matches!(s, Sample::Mlp { model, .. } if *model == mi)).chain(
-                m.attention.iter().filter(|_| has_attn).cloned().map(Sample::Attn),
-            );
+        let samples = all_samples(set)
+            .into_iter()
+            .filter(|s| matches!(s, Sample::Mlp { model, .. } if *model == mi))
+            .chain(m.attention.iter().filter(|_| has_attn).cloned().map(Sample::Attn));
         out.push(ModelReport { model: m.name.clone(), report: evaluate(&model, set, samples.collect(), &a100()) });
     }
     out
@@ -215,8 +217,7 @@ fn all_samples(set: &ProfileSet) -> Vec<Sample> {
 
 fn attn_spec(r: &AttnRow) -> OpSpec {
     let h = crate::attn::row_heads(r);
-    let mut a =
-        AttnShape { q_heads: h.q as u32, kv_heads: h.kv as u32, head_dim: h.dim as u32, ..Default::default() };
+    let mut a = AttnShape { q_heads: h.q as u32, kv_heads: h.kv as u32, head_dim: h.dim as u32, ..Default::default() };
     if r.prefill {
         a.prefill.push((r.chunk, r.kv));
     } else {
@@ -224,7 +225,15 @@ fn attn_spec(r: &AttnRow) -> OpSpec {
         a.decode_kv_sum = r.batch as u64 * r.kv as u64;
     }
     // The attention path computes its own work from the shape.
-    OpSpec { kind: OpKind::Attention, shape: OpShape::Attention(a), flops: 0, bytes: 0, weight_bytes: 0, out_bytes: 0, tp: r.tp }
+    OpSpec {
+        kind: OpKind::Attention,
+        shape: OpShape::Attention(a),
+        flops: 0,
+        bytes: 0,
+        weight_bytes: 0,
+        out_bytes: 0,
+        tp: r.tp,
+    }
 }
 
 fn evaluate(model: &CostModel, set: &ProfileSet, samples: Vec<Sample>, sku: &GpuSku) -> ValidationReport {
@@ -234,11 +243,15 @@ fn evaluate(model: &CostModel, set: &ProfileSet, samples: Vec<Sample>, sku: &Gpu
         let (name, spec, secs) = match s {
             Sample::Mlp { model: mi, tokens, tp, op, secs } => {
                 let cfg = &set.models[mi].config;
-                let Some(kind) = kind_of(MLP_OPS[op]) else { continue };
+                let Some(kind) = kind_of(MLP_OPS[op]) else {
+                    continue;
+                };
                 if tokens == 0 || cfg.check_tp(tp).is_err() {
                     continue;
                 }
-                let Some(spec) = profiled_spec(cfg, tokens, tp, kind) else { continue };
+                let Some(spec) = profiled_spec(cfg, tokens, tp, kind) else {
+                    continue;
+                };
                 (MLP_OPS[op], spec, secs)
             }
             Sample::Attn(r) => (if r.prefill { "attn_prefill" } else { "attn_decode" }, attn_spec(&r), r.secs),

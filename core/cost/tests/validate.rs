@@ -45,3 +45,20 @@ fn leave_one_model_out_runs() {
         assert!(m.report.overall.median < 0.5, "{}: {:?}", m.model, m.report.overall);
     }
 }
+
+#[test]
+fn fit_here_test_there() {
+    let tmp = std::env::temp_dir().join(format!("slicesched-cost-test-{}", std::process::id()));
+    let m = tmp.join("Llama-2-7b-hf");
+    std::fs::create_dir_all(&m).unwrap();
+    for f in ["mlp.csv", "model_config.yml"] {
+        std::fs::copy(repo_profiles().join("Llama-2-7b-hf").join(f), m.join(f)).unwrap();
+    }
+    let r = validate(&repo_profiles(), &tmp, None).unwrap();
+    // Every point of the test set was also fitted: near-exact.
+    assert!(r.overall.median < 0.02 && r.op("attn_prefill").is_none(), "{}", r.table());
+    let h = validate(&repo_profiles(), &tmp, Some("H100")).unwrap();
+    assert!(h.overall.median > r.overall.median, "H100 predictions differ from A100 measurements");
+    assert!(validate(&repo_profiles(), &tmp, Some("B300")).unwrap_err().to_string().contains("B300"));
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
