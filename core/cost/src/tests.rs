@@ -1,0 +1,139 @@
+//! Unit tests of the fitted model's behaviour on the embedded A100 profiles.
+
+use super::*;
+use slicesched_model::{DecodeItem, IterationBatch, ModelConfig, PrefillItem};
+
+fn dev(name: &str) -> DeviceCtx {
+    DeviceCtx::single_node(slicesched_hw::sku(name).unwrap())
+}
+
+fn op(model: &str, tokens: u32, tp: u32, kind: OpKind) -> OpSpec {
+    let m = ModelConfig::preset(model).unwrap();
+    let b =
+        IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: true }], decodes: vec![] };
+    let d = m.iteration_dag(&b, tp);
+    d.head.iter().chain(&d.layer).chain(&d.tail).find(|o| o.kind == kind).unwrap().clone()
+}
+
+#[test]
+fn gemms_are_monotone_in_tokens_at_large_sizes() {
+    let m = CostModel::default_a100();
+    let d = dev("A100");
+    // Profiled shapes (Llama-2-7b) and shapes never profiled (Qwen), and the LM head.
+    for (model, kind) in [
+        ("llama-2-7b", OpKind::GateUpProj),
+        ("llama-2-7b", OpKind::QkvProj),
+        ("qwen2.5-7b", OpKind::DownProj),
+        ("qwen2.5-14b", OpKind::QkvProj),
+        ("llama-3-8b", OpKind::LmHead),
+    ] {
+        let mut prev = 0;
+        for t in (512..=16384).step_by(64) {
+            let ns = m.op_ns(&d, &op(model, t, 1, kind));
+            assert!(ns >= prev, "{model} {kind:?}: {t} tokens {ns} ns < {prev} ns");
+            prev = ns;
+        }
+    }
+}
+
+#[test]
+fn h100_beats_a100_on_a_big_gemm() {
+    let m = CostModel::default_a100();
+    let g = op("llama-2-70b", 4096, 1, OpKind::GateUpProj);
+    let (a, h) = (m.op_ns(&dev("A100"), &g), m.op_ns(&dev("H100"), &g));
+    assert!(h < a && (a as f64 / h as f64) > 2.0, "A100 {a} ns, H100 {h} ns");
+}
+
+#[test]
+fn empty_ops_cost_nothing_and_real_ops_something() {
+    let m = CostModel::default_a100();
+    let d = dev("A100");
+    let cfg = ModelConfig::preset("llama-3-8b").unwrap();
+    let empty = cfg.iteration_dag(&IterationBatch::default(), 2);
+    for o in empty.head.iter().chain(&empty.layer).chain(&empty.tail) {
+        assert_eq!(m.op_ns(&d, o), 0, "{:?}", o.kind);
+    }
+    let b = IterationBatch { prefills: vec![], decodes: vec![DecodeItem { kv_len: 1 }] };
+    let dag = cfg.iteration_dag(&b, 2);
+    for o in dag.head.iter().chain(&dag.layer).chain(&dag.tail) {
+        assert!(m.op_ns(&d, o) >= 1, "{:?}", o.kind);
+    }
+}
+
+#[test]
+fn attention_grows_with_context_and_chunks_add() {
+    let m = CostModel::default_a100();
+    let d = dev("A100");
+    let cfg = ModelConfig::preset("llama-2-70b").unwrap();
+    let attn = |b: IterationBatch| {
+        let dag = cfg.iteration_dag(&b, 2);
+        m.op_ns(&d, dag.layer.iter().find(|o| o.kind == OpKind::Attention).unwrap())
+    };
+    let dec =
+        |n: usize, kv: u32| attn(IterationBatch { prefills: vec![], decodes: vec![DecodeItem { kv_len: kv }; n] });
+    assert!(dec(32, 4000) > dec(32, 500));
+    assert!(dec(64, 1000) > dec(8, 1000));
+    let pre = |c: u32, p: u32| PrefillItem { chunk: c, prior_kv: p, samples: false };
+    let one = attn(IterationBatch { prefills: vec![pre(512, 0)], decodes: vec![] });
+    let two = attn(IterationBatch { prefills: vec![pre(512, 0), pre(512, 2048)], decodes: vec![] });
+    assert!(two > one && attn(IterationBatch { prefills: vec![pre(512, 2048)], decodes: vec![] }) > one);
+}
+
+#[test]
+fn collectives_scale_with_the_link() {
+    let m = CostModel::default_a100();
+    let ar = op("llama-2-70b", 2048, 4, OpKind::AllReduce);
+    let nv = dev("A100");
+    let mut slow = nv.clone();
+    slow.group_link = Link { kind: LinkKind::Network, bandwidth: 50e9, latency_ns: 5_000 };
+    let (a, b) = (m.op_ns(&nv, &ar), m.op_ns(&slow, &ar));
+    assert!(b > 3 * a, "nvlink {a} ns, network {b} ns");
+    // 2048 × 8192 × 2 B = 32 MiB over 4 A100s: NCCL measured ~0.3 ms.
+    assert!((150_000..600_000).contains(&a), "{a}");
+    let t = OpSpec {
+        kind: OpKind::Transfer,
+        shape: OpShape::Transfer { bytes: 1 << 30 },
+        flops: 0,
+        bytes: 0,
+        weight_bytes: 0,
+        out_bytes: 0,
+        tp: 1,
+    };
+    let ns = m.op_ns(&nv, &t);
+    assert!(ns > (1e9 * (1u64 << 30) as f64 / 300e9) as u64, "{ns}");
+    let same =
+        DeviceCtx { group_link: Link { kind: LinkKind::SameDevice, bandwidth: f64::INFINITY, latency_ns: 0 }, ..nv };
+    assert_eq!(m.op_ns(&same, &t), 0);
+}
+
+#[test]
+fn fitting_is_fast_enough() {
+    let set = ProfileSet::embedded_a100().unwrap();
+    let t = std::time::Instant::now();
+    let _ = CostModel::fit(&set, &a100()).unwrap();
+    // Debug builds are ~10× slower than release; the bound is for release.
+    let limit = if cfg!(debug_assertions) { 10.0 } else { 1.0 };
+    assert!(t.elapsed().as_secs_f64() < limit, "{:?}", t.elapsed());
+}
+
+/// `cargo test -p slicesched-cost --release -- --ignored --nocapture op_ns_cost`
+#[test]
+#[ignore = "timing, run by hand in release"]
+fn op_ns_cost() {
+    let m = CostModel::default_a100();
+    let d = dev("A100");
+    let cfg = ModelConfig::preset("llama-3-8b").unwrap();
+    let b = IterationBatch {
+        prefills: vec![PrefillItem { chunk: 512, prior_kv: 1024, samples: true }],
+        decodes: vec![DecodeItem { kv_len: 900 }; 48],
+    };
+    let dag = cfg.iteration_dag(&b, 2);
+    let ops: Vec<&OpSpec> = dag.head.iter().chain(&dag.layer).chain(&dag.tail).collect();
+    let n = 2_000_000;
+    let t = std::time::Instant::now();
+    let mut sum = 0u64;
+    for i in 0..n {
+        sum = sum.wrapping_add(m.op_ns(&d, std::hint::black_box(ops[i % ops.len()])));
+    }
+    eprintln!("op_ns: {:.1} ns/call over {} ops (checksum {sum})", t.elapsed().as_nanos() as f64 / n as f64, ops.len());
+}
