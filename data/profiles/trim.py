@@ -33,3 +33,18 @@ for d in sorted(os.listdir(SRC)):
         for c in ("mlp.csv", "attention.csv"):
             if os.path.exists(os.path.join(p, c)):
                 trim(os.path.join(p, c), os.path.join(DST, d, c))
+
+# Serving-engine CPU overheads: keep the medians of the phases that leave the GPU idle
+# between iterations.
+CPU = ["schedule_median", "sampler_e2e_median", "prepare_inputs_e2e_median",
+       "process_model_outputs_median", "model_name", "batch_size", "tensor_parallel_degree"]
+src = os.path.join(SRC, "cpu_overhead", "cpu_overheads.csv")
+if os.path.exists(src):
+    dst = os.path.join(DST, "cpu_overhead", "cpu_overheads.csv")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(src, newline="") as f, open(dst, "w", newline="") as g:
+        r = csv.DictReader(f)
+        w = csv.writer(g, lineterminator="\n")
+        w.writerow(CPU)
+        for row in r:
+            w.writerow([row[k] for k in CPU])

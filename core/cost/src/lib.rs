@@ -10,12 +10,14 @@
 //! are predicted by applying the same ratios to their own catalog roofline.
 
 mod attn;
+mod cpu;
 mod curve;
 mod fit;
 mod net;
 pub mod profiles;
 mod validate;
 
+pub use cpu::CpuOverhead;
 pub use profiles::ProfileSet;
 pub use validate::{
     holdout, leave_one_model_out, validate, validate_leave_one_model_out, ModelReport, OpError, Overall,

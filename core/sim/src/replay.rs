@@ -3,7 +3,7 @@
 use crate::devices::Devices;
 use crate::metrics::{quantile_ms, GpuStats, RequestRecord, Summary, TenantStats, TimeSeries, Timing};
 use crate::scenario::Scenario;
-use slicesched_cost::{CostModel, DeviceCtx};
+use slicesched_cost::{CostModel, CpuOverhead, DeviceCtx};
 use slicesched_engine::{Admission, Engine, SeqEvent};
 use slicesched_gmg::{Gmg, GroupId, IterId, MemoryKind, OpId, OpState, TenantId};
 use slicesched_model::{IterationDag, OpKind};
@@ -18,12 +18,23 @@ pub struct ReplayOptions {
     pub progress_every: u64,
     /// Check at every op start that all its inputs are done (for tests; costs time).
     pub check_dependencies: bool,
+    /// Engine CPU time between iterations (the GPU idles meanwhile).
+    pub cpu_overhead: CpuOverhead,
 }
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        Self { progress_every: 1 << 20, check_dependencies: false }
+        Self { progress_every: 1 << 20, check_dependencies: false, cpu_overhead: CpuOverhead::default_a100() }
     }
+}
+
+/// What the event loop handles besides arrivals (which come from a sorted list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// An op finished on its group.
+    OpDone(OpId),
+    /// A tenant's engine finished its CPU work: the scheduled batch reaches the GPUs.
+    Launch(u32),
 }
 
 /// Where a replay is, for progress bars.
@@ -51,6 +62,8 @@ struct TenantRt {
     home: GroupId,
     dag: Option<IterationDag>,
     iter: Option<IterId>,
+    /// A batch is scheduled: on the CPU or on the GPUs.
+    busy: bool,
     /// Predicted ns on the home group of the head, layer-template and tail ops.
     pred: [Vec<u64>; 3],
     seq_to_req: Vec<u32>,
@@ -64,7 +77,7 @@ struct Sim<'a> {
     opts: ReplayOptions,
     now: u64,
     seq: u64,
-    events: BinaryHeap<Reverse<(u64, u64, OpId)>>,
+    events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
     gmg: Gmg,
     dev: Devices,
     group_ctx: Vec<DeviceCtx>,
@@ -111,6 +124,7 @@ pub fn replay(
             home: scn.deployment.home(TenantId(i as u32)).expect("every tenant has a home").group,
             dag: None,
             iter: None,
+            busy: false,
             pred: Default::default(),
             seq_to_req: Vec::new(),
             new_prompt_tokens: 0,
@@ -213,12 +227,15 @@ impl Sim<'_> {
                 self.arrive(next_arrival);
                 next_arrival += 1;
             } else {
-                let Reverse((t, _, op)) = self.events.pop().expect("event");
+                let Reverse((t, _, ev)) = self.events.pop().expect("event");
                 if t > horizon {
                     break;
                 }
                 self.now = t;
-                self.op_done(op);
+                match ev {
+                    Ev::OpDone(op) => self.op_done(op),
+                    Ev::Launch(tenant) => self.launch(tenant as usize),
+                }
                 if self.op_events >= next_report {
                     next_report += self.opts.progress_every;
                     progress(&Progress {
@@ -247,7 +264,7 @@ impl Sim<'_> {
             Admission::Queued(seq) => {
                 debug_assert_eq!(seq.0 as usize, tenant.seq_to_req.len());
                 tenant.seq_to_req.push(idx as u32);
-                if tenant.iter.is_none() {
+                if !tenant.busy {
                     self.start_iteration(*t as usize);
                 }
             }
@@ -255,10 +272,29 @@ impl Sim<'_> {
         }
     }
 
+    /// Lets the engine form its next batch; the batch reaches the GPUs after the
+    /// engine's CPU overhead.
     fn start_iteration(&mut self, t: usize) {
+        let rt = &mut self.tenants[t];
+        let Some(batch) = rt.engine.schedule() else {
+            rt.busy = false;
+            return;
+        };
+        rt.busy = true;
+        let overhead = self.opts.cpu_overhead.iteration_ns(batch.prefills.len() + batch.decodes.len());
+        if overhead == 0 {
+            self.launch(t);
+        } else {
+            self.seq += 1;
+            self.events.push(Reverse((self.now + overhead, self.seq, Ev::Launch(t as u32))));
+        }
+    }
+
+    /// Puts the scheduled batch's operator DAG into the GMG.
+    fn launch(&mut self, t: usize) {
         let setup = &self.scn.tenants[t];
         let rt = &mut self.tenants[t];
-        let Some(batch) = rt.engine.schedule() else { return };
+        let batch = rt.engine.current_batch();
         let tp = setup.gpus.len() as u32;
         let dag = setup.model.iteration_dag(batch, tp);
         rt.new_prompt_tokens = rt.engine.batch_new_prompt_tokens();
@@ -414,7 +450,7 @@ impl Sim<'_> {
         }
         self.dev.occupy(group, self.now, end);
         self.seq += 1;
-        self.events.push(Reverse((end, self.seq, op)));
+        self.events.push(Reverse((end, self.seq, Ev::OpDone(op))));
         self.op_events += 1;
     }
 
