@@ -16,7 +16,8 @@ pub struct ScenarioSpec {
     #[serde(default)]
     pub description: String,
     pub seed: u64,
-    /// Seconds of trace to replay (each tenant's window).
+    /// Seconds of trace to replay (each tenant's window); without it, file traces are
+    /// replayed once, whole, and synthetic ones need their own `window_s`.
     pub duration_s: Option<f64>,
     /// After the last arrival, how long requests may still finish before the replay
     /// stops and reports the rest as dropped.
@@ -185,7 +186,7 @@ impl Scenario {
         for (i, t) in spec.tenants.iter().enumerate() {
             let loaded = t
                 .trace
-                .load(base, spec.seed.wrapping_add(i as u64), spec.duration_s.unwrap_or(3600.0))
+                .load(base, spec.seed.wrapping_add(i as u64), spec.duration_s.unwrap_or(f64::INFINITY))
                 .map_err(|e| field(format!("tenants[{i}] ({}).trace", t.name), e.to_string()))?;
             // Rows left out by a split, a window or a model filter were chosen, not bad.
             use slicesched_trace::reason;

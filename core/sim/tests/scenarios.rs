@@ -1,0 +1,108 @@
+//! Scenario files: the shipped ones load; bad ones are refused with the field named.
+
+mod common;
+use common::*;
+use slicesched_sim::Scenario;
+use std::path::Path;
+
+fn shipped(name: &str) -> Scenario {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(name);
+    Scenario::from_file(&p).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn shipped_scenarios_load() {
+    let a = shipped("azure-code-4t.toml");
+    assert_eq!(a.tenants.len(), 4);
+    assert_eq!(a.cluster.len(), 8);
+    assert!(a.cluster.gpus.iter().all(|g| g.sku.name == "H100-80GB"));
+    // Four time-shifted copies of the 8,819-request trace (a few rows fall out of the
+    // 3,420 s window at the wrap-around).
+    assert!(a.requests.len() > 4 * 8_500, "{}", a.requests.len());
+    let b = shipped("bursty-8t.toml");
+    assert_eq!(b.tenants.len(), 8);
+    let models: std::collections::BTreeSet<_> = b.tenants.iter().map(|t| t.model.name.clone()).collect();
+    assert!(models.len() >= 5, "mixed models: {models:?}");
+    shipped("smoke.toml");
+}
+
+const BASE: &str = r#"
+name = "x"
+seed = 1
+duration_s = 10
+[cluster]
+[[cluster.nodes]]
+gpu = "A100-80GB"
+gpus = 2
+[[tenants]]
+name = "a"
+model = "MODEL"
+gpus = GPUS
+sla = { ttft_ms = 500, tpot_ms = 50 }
+trace = { kind = "poisson", rate = 1.0 }
+"#;
+
+fn with(model: &str, gpus: &str) -> String {
+    BASE.replace("MODEL", model).replace("GPUS", gpus)
+}
+
+#[test]
+fn unknown_model_is_named() {
+    let e = scenario_err(&with("gpt-9", "[0]"));
+    assert!(e.contains("bad.toml") && e.contains("tenants[0] (a).model") && e.contains("gpt-9"), "{e}");
+}
+
+#[test]
+fn tenant_without_gpus() {
+    let e = scenario_err(&with("llama-2-7b", "[]"));
+    assert!(e.contains("tenants[0] (a).gpus") && e.contains("no GPUs"), "{e}");
+}
+
+#[test]
+fn gpu_out_of_range() {
+    let e = scenario_err(&with("llama-2-7b", "[5]"));
+    assert!(e.contains("GPU 5 does not exist"), "{e}");
+}
+
+#[test]
+fn deployment_that_does_not_fit() {
+    // 70B in bf16 is ~138 GB: it cannot live on one 80 GB GPU.
+    let e = scenario_err(&with("llama-2-70b", "[0]"));
+    assert!(e.contains("GPU 0") && e.contains("GB") && e.contains("a"), "{e}");
+}
+
+#[test]
+fn tp_that_does_not_divide_the_heads() {
+    let text = with("llama-2-7b", "[0, 1]").replace("gpus = 2", "gpus = 3").replace("[0, 1]", "[0, 1, 2]");
+    let e = scenario_err(&text);
+    assert!(e.contains("split 3 ways"), "{e}");
+}
+
+#[test]
+fn bad_sla() {
+    let e = scenario_err(&with("llama-2-7b", "[0]").replace("tpot_ms = 50", "tpot_ms = -1"));
+    assert!(e.contains("sla") && e.contains("tpot_ms"), "{e}");
+}
+
+#[test]
+fn unknown_fields_and_syntax_errors_point_at_the_line() {
+    let e = scenario_err(&with("llama-2-7b", "[0]").replace("seed = 1", "seed = 1\ncolour = 3"));
+    assert!(e.contains("colour"), "{e}");
+    let e = scenario_err(&with("llama-2-7b", "[0]").replace("seed = 1", "seed = = 1"));
+    assert!(e.contains("line 3"), "{e}");
+}
+
+#[test]
+fn bad_trace_is_named() {
+    let e = scenario_err(&with("llama-2-7b", "[0]").replace(r#"kind = "poisson", rate = 1.0"#, r#"kind = "azure", path = "nope.csv""#));
+    assert!(e.contains("tenants[0] (a).trace") && e.contains("nope.csv"), "{e}");
+}
+
+#[test]
+fn duplicate_tenant_names() {
+    let mut text = with("llama-2-7b", "[0]");
+    let second = text[text.find("[[tenants]]").unwrap()..].replace("[0]", "[1]");
+    text.push_str(&second);
+    let e = scenario_err(&text);
+    assert!(e.contains("tenants[1].name") && e.contains("not unique"), "{e}");
+}
