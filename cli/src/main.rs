@@ -28,9 +28,14 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Replay(a) => replay::run(a),
         Command::Cost { command } => cost::run(command),
         Command::Bench(a) => bench::run(a),
+    };
+    // A reader that stops early (`| head`) is not an error worth a message.
+    match result {
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) => Ok(()),
+        other => other,
     }
 }

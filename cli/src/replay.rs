@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use slicesched_cost::CostModel;
 use slicesched_sim::{replay, ReplayOptions, ReplayResult, Scenario};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -54,17 +55,19 @@ pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> R
 pub fn run(a: Args) -> Result<()> {
     let scenario = Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
     let result = replay_with_progress(&scenario, &a.policy, a.quiet)?;
-    print!("{}", slicesched_report::summary_table(&result.summary));
-    println!(
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", slicesched_report::summary_table(&result.summary))?;
+    writeln!(
+        out,
         "simulated {} op events in {:.2} s wall ({:.2} M op events/s)",
         result.summary.op_events,
         result.summary.timing.sim_wall_s,
         result.summary.timing.op_events_per_s / 1e6
-    );
+    )?;
     let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
     let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;
     for f in files {
-        println!("wrote {}", f.display());
+        writeln!(out, "wrote {}", f.display())?;
     }
     if result.summary.oom_events > 0 {
         bail!("{} OOM events: the memory-safety invariant was broken", result.summary.oom_events);
