@@ -174,7 +174,7 @@ impl ModelConfig {
             hidden_size: hidden,
             num_attention_heads: heads,
             num_key_value_heads: c.num_key_value_heads.unwrap_or(heads),
-            head_dim: c.head_dim.unwrap_or(if heads > 0 { hidden / heads } else { 0 }),
+            head_dim: c.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
             intermediate_size: need(path, "intermediate_size", c.intermediate_size)?,
             num_hidden_layers: need(path, "num_hidden_layers", c.num_hidden_layers)?,
             vocab_size: need(path, "vocab_size", c.vocab_size)?,
@@ -196,7 +196,7 @@ impl ModelConfig {
             hidden_size: hidden,
             num_attention_heads: heads,
             num_key_value_heads: c.num_kv_heads.unwrap_or(heads),
-            head_dim: if heads > 0 { hidden / heads } else { 0 },
+            head_dim: hidden.checked_div(heads).unwrap_or(0),
             intermediate_size: need(path, "mlp_hidden_dim", c.mlp_hidden_dim)?,
             num_hidden_layers: need(path, "num_layers", c.num_layers)?,
             vocab_size: need(path, "vocab_size", c.vocab_size)?,
@@ -233,7 +233,7 @@ impl ModelConfig {
                 return bad(field, "implausibly large");
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return bad("num_key_value_heads", "must divide num_attention_heads");
         }
         if self.head_dim == 0 {
@@ -245,10 +245,10 @@ impl ModelConfig {
     /// Checks that the model can be split `tp` ways (heads and MLP width divide evenly).
     pub fn check_tp(&self, tp: u32) -> Result<(), String> {
         let t = tp as u64;
-        if t == 0 || self.num_attention_heads % t != 0 {
+        if t == 0 || !self.num_attention_heads.is_multiple_of(t) {
             return Err(format!("{} attention heads do not split {tp} ways", self.num_attention_heads));
         }
-        if self.intermediate_size % t != 0 {
+        if !self.intermediate_size.is_multiple_of(t) {
             return Err(format!("intermediate size {} does not split {tp} ways", self.intermediate_size));
         }
         Ok(())

@@ -201,6 +201,18 @@ impl Scenario {
         Ok(Self { spec, path: path.to_path_buf(), cluster, tenants, deployment, requests, skipped, memory: mem })
     }
 
+    /// The same scenario with every tenant's arrival rate multiplied by `scale`:
+    /// inter-arrival times shrink by `scale`, the requests themselves are unchanged.
+    /// Goodput sweeps search over this.
+    pub fn with_rate_scale(&self, scale: f64) -> Scenario {
+        assert!(scale.is_finite() && scale > 0.0, "rate scale must be positive");
+        let mut s = self.clone();
+        for (_, r) in &mut s.requests {
+            r.arrival_ns = (r.arrival_ns as f64 / scale).round() as u64;
+        }
+        s
+    }
+
     /// Bytes per GPU that serving never uses.
     pub fn unusable_bytes(&self, capacity: u64) -> u64 {
         unusable(capacity, self.memory)
