@@ -29,13 +29,16 @@ pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> R
     let Some(mut pol) = slicesched_policy::builtin(policy) else {
         bail!("unknown policy `{policy}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
     };
+    let planned = slicesched_sim::plan(scenario, pol.replicas()).context("planning replicas")?;
+    let scenario = &planned;
     let cost = CostModel::default_a100();
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} sim {msg}").expect("static template"),
     );
     let started = Instant::now();
-    let mut result = replay(scenario, pol.as_mut(), cost, ReplayOptions::default(), &mut |p| {
+    let opts = ReplayOptions { time_decisions: true, ..ReplayOptions::default() };
+    let mut result = replay(scenario, pol.as_mut(), cost, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!(
             "{:.0} s, {:.1} M op events, {}/{} requests done",
@@ -55,6 +58,8 @@ pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> R
 pub fn run(a: Args) -> Result<()> {
     let scenario = Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
     let result = replay_with_progress(&scenario, &a.policy, a.quiet)?;
+    let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
+    let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;
     let mut out = std::io::stdout().lock();
     write!(out, "{}", slicesched_report::summary_table(&result.summary))?;
     writeln!(
@@ -64,8 +69,6 @@ pub fn run(a: Args) -> Result<()> {
         result.summary.timing.sim_wall_s,
         result.summary.timing.op_events_per_s / 1e6
     )?;
-    let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
-    let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;
     for f in files {
         writeln!(out, "wrote {}", f.display())?;
     }

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use slicesched_model::{DecodeItem, IterationBatch, PrefillItem};
 use std::collections::VecDeque;
 
+
 /// Batching knobs, named after vLLM's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -56,6 +57,8 @@ struct Seq {
     blocks: u32,
     preemptions: u32,
     finished: bool,
+    /// Part of a batch that is executing (it cannot join or be preempted by another).
+    inflight: bool,
 }
 
 impl Seq {
@@ -84,10 +87,24 @@ pub struct Engine {
     seqs: Vec<Seq>,
     waiting: VecDeque<SeqId>,
     running: Vec<SeqId>,
-    inflight: Vec<(SeqId, Work)>,
-    batch: IterationBatch,
+    /// Batches executing, by [`BatchId`] slot; several at once when a policy runs
+    /// micro-batches concurrently on different GPUs.
+    batches: Vec<Option<Batch>>,
+    spare: Vec<Batch>,
+    /// Running requests that are part of an executing batch.
+    inflight_seqs: usize,
     preemptions: u64,
 }
+
+#[derive(Debug, Clone, Default)]
+struct Batch {
+    items: Vec<(SeqId, Work)>,
+    batch: IterationBatch,
+}
+
+/// A batch the engine formed and has not completed yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BatchId(pub u32);
 
 impl Engine {
     pub fn new(cfg: EngineConfig, kv_blocks: u32) -> Self {
@@ -98,8 +115,9 @@ impl Engine {
             seqs: Vec::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
-            inflight: Vec::new(),
-            batch: IterationBatch::default(),
+            batches: Vec::new(),
+            spare: Vec::new(),
+            inflight_seqs: 0,
             preemptions: 0,
         }
     }
@@ -123,6 +141,19 @@ impl Engine {
     pub fn has_work(&self) -> bool {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
+    /// The request at the head of the waiting queue (the longest waiting, or a
+    /// preempted one, which arrived even earlier).
+    pub fn oldest_waiting(&self) -> Option<SeqId> {
+        self.waiting.front().copied()
+    }
+    /// Batches executing now.
+    pub fn batches_in_flight(&self) -> usize {
+        self.batches.iter().filter(|b| b.is_some()).count()
+    }
+    /// Whether a new batch could take any request now (waiting, or running and idle).
+    pub fn has_schedulable(&self) -> bool {
+        !self.waiting.is_empty() || self.running.len() > self.inflight_seqs
+    }
     pub fn queue_lengths(&self) -> (usize, usize) {
         (self.waiting.len(), self.running.len())
     }
@@ -139,7 +170,7 @@ impl Engine {
             return Admission::TooLong { blocks_needed: need, blocks_total: self.blocks_total };
         }
         let id = SeqId(self.seqs.len() as u32);
-        self.seqs.push(Seq { prompt, output, computed: 0, generated: 0, blocks: 0, preemptions: 0, finished: false });
+        self.seqs.push(Seq { prompt, output, computed: 0, generated: 0, blocks: 0, preemptions: 0, finished: false, inflight: false });
         self.waiting.push_back(id);
         Admission::Queued(id)
     }
@@ -154,11 +185,14 @@ impl Engine {
         self.waiting.push_front(victim);
     }
 
-    /// Forms the next iteration. Returns None when there is nothing to run.
-    pub fn schedule(&mut self) -> Option<&IterationBatch> {
-        debug_assert!(self.inflight.is_empty(), "schedule() while an iteration is in flight");
-        self.batch.prefills.clear();
-        self.batch.decodes.clear();
+    /// Forms a batch from the requests not already executing. Returns None when there
+    /// is nothing to run. Several batches may execute at once; each is completed with
+    /// [`Engine::complete`].
+    pub fn schedule(&mut self) -> Option<BatchId> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.items.clear();
+        b.batch.prefills.clear();
+        b.batch.decodes.clear();
         let mut budget = self.cfg.max_batched_tokens;
         let mut preempted = false;
 
@@ -166,6 +200,10 @@ impl Engine {
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
             let s = &self.seqs[id.0 as usize];
+            if s.inflight {
+                i += 1;
+                continue;
+            }
             let (work, tokens) = if s.in_prefill() {
                 let chunk = (s.prefill_target().max(s.prompt) - s.computed).min(budget);
                 (Work::Prefill(chunk), chunk)
@@ -173,10 +211,15 @@ impl Engine {
                 (Work::Decode, 1)
             };
             let need = self.blocks_for(s.computed + tokens).saturating_sub(s.blocks);
-            // Free blocks by preempting the newest running requests, vLLM's policy.
+            // Free blocks by preempting the newest idle running requests, vLLM's policy.
             let mut self_preempted = false;
+            let mut stuck = false;
             while self.blocks_free < need {
-                let victim = self.running.pop().expect("running is non-empty");
+                let Some(pos) = self.running.iter().rposition(|v| !self.seqs[v.0 as usize].inflight) else {
+                    stuck = true;
+                    break;
+                };
+                let victim = self.running.remove(pos);
                 preempted = true;
                 self.preempt(victim);
                 if victim == id {
@@ -184,13 +227,15 @@ impl Engine {
                     break;
                 }
             }
-            if self_preempted {
+            if self_preempted || stuck {
                 break;
             }
             self.blocks_free -= need;
-            self.seqs[id.0 as usize].blocks += need;
+            let s = &mut self.seqs[id.0 as usize];
+            s.blocks += need;
+            s.inflight = true;
             budget -= tokens;
-            self.inflight.push((id, work));
+            b.items.push((id, work));
             i += 1;
         }
 
@@ -213,43 +258,55 @@ impl Engine {
                 }
                 self.waiting.pop_front();
                 self.blocks_free -= need;
-                self.seqs[id.0 as usize].blocks += need;
+                let s = &mut self.seqs[id.0 as usize];
+                s.blocks += need;
+                s.inflight = true;
                 budget -= chunk;
                 self.running.push(id);
-                self.inflight.push((id, Work::Prefill(chunk)));
+                b.items.push((id, Work::Prefill(chunk)));
             }
         }
 
-        for &(id, work) in &self.inflight {
+        for &(id, work) in &b.items {
             let s = &self.seqs[id.0 as usize];
             match work {
-                Work::Prefill(chunk) => self.batch.prefills.push(PrefillItem {
+                Work::Prefill(chunk) => b.batch.prefills.push(PrefillItem {
                     chunk,
                     prior_kv: s.computed,
                     samples: s.computed + chunk >= s.prefill_target().max(s.prompt),
                 }),
-                Work::Decode => self.batch.decodes.push(DecodeItem { kv_len: s.computed + 1 }),
+                Work::Decode => b.batch.decodes.push(DecodeItem { kv_len: s.computed + 1 }),
             }
         }
-        if self.inflight.is_empty() {
-            None
-        } else {
-            Some(&self.batch)
+        if b.items.is_empty() {
+            self.spare.push(b);
+            return None;
         }
+        self.inflight_seqs += b.items.len();
+        let slot = match self.batches.iter().position(|x| x.is_none()) {
+            Some(p) => p,
+            None => {
+                self.batches.push(None);
+                self.batches.len() - 1
+            }
+        };
+        self.batches[slot] = Some(b);
+        Some(BatchId(slot as u32))
     }
 
-    /// The batch of the iteration in flight.
-    pub fn current_batch(&self) -> &IterationBatch {
-        &self.batch
+    /// The composition of an executing batch.
+    pub fn batch(&self, id: BatchId) -> &IterationBatch {
+        &self.batches[id.0 as usize].as_ref().expect("batch in flight").batch
     }
 
-    /// Prompt tokens (first computation, not recomputation) in the in-flight batch.
-    pub fn batch_new_prompt_tokens(&self) -> u64 {
-        self.inflight
+    /// Prompt tokens (first computation, not recomputation) in an executing batch.
+    pub fn batch_new_prompt_tokens(&self, id: BatchId) -> u64 {
+        let b = self.batches[id.0 as usize].as_ref().expect("batch in flight");
+        b.items
             .iter()
-            .map(|&(id, w)| match w {
+            .map(|&(sid, w)| match w {
                 Work::Prefill(c) => {
-                    let s = &self.seqs[id.0 as usize];
+                    let s = &self.seqs[sid.0 as usize];
                     (s.computed + c).min(s.prompt).saturating_sub(s.computed) as u64
                 }
                 Work::Decode => 0,
@@ -257,11 +314,14 @@ impl Engine {
             .sum()
     }
 
-    /// Applies the in-flight iteration's results.
-    pub fn complete(&mut self, events: &mut Vec<SeqEvent>) {
-        let inflight = std::mem::take(&mut self.inflight);
-        for &(id, work) in &inflight {
-            let s = &mut self.seqs[id.0 as usize];
+    /// Applies an executing batch's results.
+    pub fn complete(&mut self, id: BatchId, events: &mut Vec<SeqEvent>) {
+        let b = self.batches[id.0 as usize].take().expect("batch in flight");
+        self.inflight_seqs -= b.items.len();
+        let mut any_finished = false;
+        for &(sid, work) in &b.items {
+            let s = &mut self.seqs[sid.0 as usize];
+            s.inflight = false;
             let sampled = match work {
                 Work::Prefill(c) => {
                     s.computed += c;
@@ -275,19 +335,21 @@ impl Engine {
             if sampled {
                 s.generated += 1;
                 if s.generated == 1 {
-                    events.push(SeqEvent::FirstToken { seq: id });
+                    events.push(SeqEvent::FirstToken { seq: sid });
                 }
                 if s.generated >= s.output {
                     s.finished = true;
+                    any_finished = true;
                     self.blocks_free += s.blocks;
                     s.blocks = 0;
-                    events.push(SeqEvent::Finished { seq: id });
+                    events.push(SeqEvent::Finished { seq: sid });
                 }
             }
         }
-        self.running.retain(|id| !self.seqs[id.0 as usize].finished);
-        self.inflight = inflight;
-        self.inflight.clear();
+        if any_finished {
+            self.running.retain(|v| !self.seqs[v.0 as usize].finished);
+        }
+        self.spare.push(b);
     }
 
     /// Total blocks held by requests (for invariant checks).
@@ -303,9 +365,9 @@ mod tests {
     fn run_to_end(e: &mut Engine) -> (u32, Vec<SeqEvent>) {
         let mut iters = 0;
         let mut ev = Vec::new();
-        while e.schedule().is_some() {
+        while let Some(b) = e.schedule() {
             iters += 1;
-            e.complete(&mut ev);
+            e.complete(b, &mut ev);
             assert_eq!(e.blocks_held() + e.kv_blocks_free(), e.kv_blocks_total());
             assert!(iters < 100_000);
         }
@@ -316,14 +378,14 @@ mod tests {
     fn one_request_prefills_then_decodes() {
         let mut e = Engine::new(EngineConfig::default(), 1000);
         e.add_request(100, 5);
-        let b = e.schedule().unwrap().clone();
-        assert_eq!(b.prefills, vec![PrefillItem { chunk: 100, prior_kv: 0, samples: true }]);
+        let id = e.schedule().unwrap();
+        assert_eq!(e.batch(id).prefills, vec![PrefillItem { chunk: 100, prior_kv: 0, samples: true }]);
         let mut ev = Vec::new();
-        e.complete(&mut ev);
+        e.complete(id, &mut ev);
         assert_eq!(ev, vec![SeqEvent::FirstToken { seq: SeqId(0) }]);
-        let b = e.schedule().unwrap().clone();
-        assert_eq!(b.decodes, vec![DecodeItem { kv_len: 101 }]);
-        e.complete(&mut ev);
+        let id = e.schedule().unwrap();
+        assert_eq!(e.batch(id).decodes, vec![DecodeItem { kv_len: 101 }]);
+        e.complete(id, &mut ev);
         let (iters, ev) = run_to_end(&mut e);
         assert_eq!(iters, 3);
         assert_eq!(ev, vec![SeqEvent::Finished { seq: SeqId(0) }]);
@@ -337,9 +399,10 @@ mod tests {
         e.add_request(600, 2);
         let chunks: Vec<_> = (0..3)
             .map(|_| {
-                let b = e.schedule().unwrap().clone();
-                e.complete(&mut Vec::new());
-                b.prefills[0]
+                let id = e.schedule().unwrap();
+                let b = e.batch(id).prefills[0];
+                e.complete(id, &mut Vec::new());
+                b
             })
             .collect();
         assert_eq!(chunks.iter().map(|c| c.chunk).collect::<Vec<_>>(), vec![256, 256, 88]);
@@ -357,6 +420,29 @@ mod tests {
         assert!(e.preemptions() >= 1, "expected a preemption");
         assert_eq!(ev.iter().filter(|x| matches!(x, SeqEvent::Finished { .. })).count(), 2);
         assert!(e.seq_preemptions(SeqId(1)) >= 1, "the newer request is the victim");
+    }
+
+    #[test]
+    fn concurrent_batches_take_disjoint_requests() {
+        let mut e = Engine::new(EngineConfig { max_batched_tokens: 300, ..Default::default() }, 1000);
+        for _ in 0..3 {
+            e.add_request(200, 3);
+        }
+        let a = e.schedule().unwrap();
+        let b = e.schedule().unwrap();
+        assert_ne!(a, b);
+        // 300-token budget: the first batch takes request 0 and 100 tokens of request 1;
+        // the second may only take what is not executing: request 2.
+        assert_eq!(e.batch(a).prefills.len(), 2);
+        assert_eq!(e.batch(b).prefills, vec![PrefillItem { chunk: 200, prior_kv: 0, samples: true }]);
+        assert!(e.schedule().is_none(), "everything is executing");
+        assert_eq!(e.batches_in_flight(), 2);
+        let mut ev = Vec::new();
+        e.complete(b, &mut ev);
+        e.complete(a, &mut ev);
+        assert_eq!(ev.len(), 2, "requests 0 and 2 got their first token");
+        let (_, ev) = run_to_end(&mut e);
+        assert_eq!(ev.iter().filter(|x| matches!(x, SeqEvent::Finished { .. })).count(), 3);
     }
 
     #[test]

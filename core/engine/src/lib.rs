@@ -13,5 +13,5 @@
 mod engine;
 mod sla;
 
-pub use engine::{Engine, EngineConfig, SeqEvent, SeqId, Admission};
+pub use engine::{Admission, BatchId, Engine, EngineConfig, SeqEvent, SeqId};
 pub use sla::Sla;

@@ -21,6 +21,10 @@ pub struct TenantHome {
     pub weight_bytes_per_gpu: u64,
     /// The tenant's container: its KV cache lives here and its attention runs here.
     pub is_home: bool,
+    /// KV-cache blocks of an engine instance serving the tenant from this group: the
+    /// home always has one; request-level replicas (pooled serving) have their own;
+    /// weight-only replicas (operator borrowing) have none.
+    pub kv_blocks: u32,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -78,16 +82,27 @@ impl Deployment {
         self.homes.iter().find(|h| h.tenant == tenant && h.is_home)
     }
 
-    /// Whether `group` holds the weights of `tenant`'s layer (None: head/tail ops).
-    pub fn holds(&self, tenant: TenantId, group: GroupId, layer: Option<u32>) -> bool {
+    /// Whether `group` holds the weights of `tenant`'s layer (None: embedding and LM
+    /// head, which only whole-model copies hold).
+    pub fn holds(&self, tenant: TenantId, group: GroupId, layer: Option<u32>, layers: u32) -> bool {
         self.homes.iter().any(|h| {
             h.tenant == tenant
                 && h.group == group
                 && match layer {
                     Some(l) => h.layers.0 <= l && l < h.layers.1,
-                    None => h.is_home,
+                    None => h.layers == (0, layers),
                 }
         })
+    }
+
+    /// Groups other than the home that hold some of `tenant`'s weights.
+    pub fn replicas(&self, tenant: TenantId) -> impl Iterator<Item = &TenantHome> {
+        self.homes.iter().filter(move |h| h.tenant == tenant && !h.is_home)
+    }
+
+    /// The tenant whose container (home) includes `gpu`, if any (the first one).
+    pub fn owner_of(&self, gpu: GpuId) -> Option<TenantId> {
+        self.homes.iter().find(|h| h.is_home && self.group(h.group).gpus.contains(&gpu)).map(|h| h.tenant)
     }
 
     /// Bytes of weights resident on `gpu`, all tenants.

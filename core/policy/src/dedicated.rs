@@ -12,6 +12,10 @@ impl Policy for Dedicated {
         "dedicated"
     }
 
+    fn reads_view(&self) -> bool {
+        false
+    }
+
     fn place(&mut self, _view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
         out.extend(ready.iter().map(|r| Placement { op: r.op, group: r.home, priority: 0 }));
     }

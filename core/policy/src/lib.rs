@@ -7,15 +7,21 @@
 //!
 //! Architecture Invariant: a policy only proposes. The core validates every placement
 //! (the op exists and is ready, the group exists and holds the op's weights, attention
-//! stays with its KV cache) and places anything rejected or left out on the tenant's
-//! home group, counting why.
+//! stays with its KV cache, borrowed ops fit the host's guest memory and do not delay
+//! the host's owner past its guard) and places anything rejected or left out on the
+//! op's home group, counting why.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use slicesched_gmg::{Deployment, GroupId, OpId, TenantId};
+use slicesched_hw::Cluster;
 use slicesched_model::OpKind;
 
 mod dedicated;
+mod pooled;
+mod slice;
 pub use dedicated::Dedicated;
+pub use pooled::Pooled;
+pub use slice::Slice;
 
 /// A ready operator offered to the policy.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -25,14 +31,22 @@ pub struct ReadyOp {
     pub kind: OpKind,
     /// Layer of layer ops (weights locality); None for embedding and LM head.
     pub layer: Option<u32>,
-    /// Predicted latency on the tenant's home group, ns.
+    /// Predicted latency on its home group, ns.
     pub predicted_ns: u64,
+    /// Group of the engine instance whose KV cache the op's requests use: attention
+    /// must run here, and it is where the op runs when nothing better is chosen.
     pub home: GroupId,
     pub ready_ns: u64,
+    /// Where the op's (largest) input was produced, and its bytes.
+    pub input_group: Option<GroupId>,
+    pub input_bytes: u64,
+    pub out_bytes: u64,
+    /// Instance (engine) the op's iteration belongs to.
+    pub instance: u32,
 }
 
-/// A policy's answer for one op. Among ops waiting for the same GPUs, higher
-/// `priority` starts first; ties start in the order they became ready.
+/// A policy's answer for one op. Among ops waiting for the same GPUs, the owner's ops
+/// go first, then higher `priority`, then the order they were placed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Placement {
     pub op: OpId,
@@ -40,28 +54,84 @@ pub struct Placement {
     pub priority: i32,
 }
 
+/// An engine instance: a tenant's home, or a serving replica with its own KV cache.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct InstanceView {
+    pub index: u32,
+    pub tenant: TenantId,
+    pub group: GroupId,
+    pub is_home: bool,
+    pub waiting: u32,
+    pub running: u32,
+    /// Iterations (micro-batches) executing.
+    pub inflight: u32,
+    pub kv_free_blocks: u32,
+    pub kv_total_blocks: u32,
+}
+
 /// Per-tenant state a policy may weigh.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct TenantView {
     pub tenant: TenantId,
     pub home: GroupId,
-    pub waiting: u32,
-    pub running: u32,
+    pub layers: u32,
+    /// Time left before the oldest waiting request misses its TTFT target, ns
+    /// (negative: already late; i64::MAX: nobody waits).
+    pub slack_ns: i64,
+    pub tpot_target_ns: u64,
 }
 
 /// What a policy sees of the cluster when it decides.
 #[derive(Debug, Clone, Copy)]
 pub struct View<'a> {
     pub now_ns: u64,
+    pub cluster: &'a Cluster,
     pub deployment: &'a Deployment,
     /// Per GPU: when it becomes free of work already started, ns (≤ now when idle).
     pub gpu_busy_until: &'a [u64],
-    /// Per GPU: ops placed and waiting for it.
-    pub gpu_queued: &'a [u32],
+    /// Per GPU: predicted ns of work placed and waiting for it.
+    pub gpu_queued_ns: &'a [u64],
+    /// Per GPU: earliest time the GPU's owner (its home tenant) needs it; u64::MAX
+    /// when the owner has no work in sight.
+    pub gpu_owner_need_ns: &'a [u64],
     pub tenants: &'a [TenantView],
+    pub instances: &'a [InstanceView],
 }
 
-/// A placement policy.
+impl View<'_> {
+    /// When `group` could start a new op: all its GPUs free of started and queued work.
+    pub fn group_free_at(&self, group: GroupId) -> u64 {
+        self.deployment
+            .group(group)
+            .gpus
+            .iter()
+            .map(|g| self.gpu_busy_until[g.0 as usize].max(self.now_ns) + self.gpu_queued_ns[g.0 as usize])
+            .max()
+            .unwrap_or(self.now_ns)
+    }
+
+    /// Nanoseconds to move `bytes` from `from` to `to` (0 on the same group).
+    pub fn transfer_ns(&self, from: GroupId, to: GroupId, bytes: u64) -> u64 {
+        if from == to {
+            return 0;
+        }
+        let (a, b) = (self.deployment.group(from).gpus[0], self.deployment.group(to).gpus[0]);
+        self.cluster.link(a, b).transfer_ns(bytes)
+    }
+}
+
+/// What kind of weight copies a policy wants the planner to place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaMode {
+    /// Homes only (container-level baselines).
+    None,
+    /// Weight-only copies, whole or by layer range, for operator-level borrowing.
+    Weights,
+    /// Whole-model copies with their own KV cache, for request-level routing.
+    Serving,
+}
+
+/// A placement policy. Only `name` and `place` are required.
 pub trait Policy: Send {
     /// The name runs and reports show.
     fn name(&self) -> &str;
@@ -69,15 +139,40 @@ pub trait Policy: Send {
     /// Places each op of `ready` by pushing to `out`. Ops left out are placed on their
     /// home group by the core.
     fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>);
+
+    /// Whether `place` reads the view's per-GPU and per-tenant figures. A policy that
+    /// does not (like `dedicated`) spares the core from computing them per decision.
+    fn reads_view(&self) -> bool {
+        true
+    }
+
+    /// The replicas this policy can use (the planner places them before the replay).
+    fn replicas(&self) -> ReplicaMode {
+        ReplicaMode::None
+    }
+
+    /// Whether `instance`, which has `inflight` iterations executing, may start another
+    /// one concurrently now (a micro-batch of requests not already executing).
+    fn admit(&mut self, _view: &View<'_>, _instance: &InstanceView) -> bool {
+        _instance.inflight == 0
+    }
+
+    /// Which of a tenant's engine instances takes a new request (index into
+    /// `instances`, which are all of that tenant's instances, home first).
+    fn route(&mut self, _view: &View<'_>, _instances: &[InstanceView]) -> usize {
+        0
+    }
 }
 
 /// Names of the built-in policies.
-pub const BUILTIN: &[&str] = &["dedicated"];
+pub const BUILTIN: &[&str] = &["dedicated", "pooled", "slice"];
 
 /// A built-in policy by name.
 pub fn builtin(name: &str) -> Option<Box<dyn Policy>> {
     match name {
         "dedicated" => Some(Box::new(Dedicated)),
+        "pooled" => Some(Box::new(Pooled)),
+        "slice" => Some(Box::new(Slice::default())),
         _ => None,
     }
 }

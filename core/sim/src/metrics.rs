@@ -198,6 +198,11 @@ pub struct GpuStats {
     pub capacity_gb: f64,
     pub oom_events: u64,
     pub ops: u64,
+    /// Busy time spent on ops of tenants whose home this GPU is not (borrowed slices).
+    pub guest_busy_s: f64,
+    /// Weights resident here: (tenant, layers, GB), the home first.
+    pub weights: Vec<(String, (u32, u32), f64)>,
+    pub kv_cache_gb: f64,
     pub gap_histogram: GapHistogram,
 }
 
@@ -231,6 +236,27 @@ pub struct TenantStats {
 pub struct Timing {
     pub sim_wall_s: f64,
     pub op_events_per_s: f64,
+    /// Policy decision batches per wall-clock second (when measured).
+    pub decisions_per_s: f64,
+    /// Wall time of one decision batch (policy call with its view), µs.
+    pub decision_p50_us: f64,
+    pub decision_p99_us: f64,
+}
+
+/// How the scheduler placed ops.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Scheduling {
+    /// Policy calls (each with a batch of ready ops).
+    pub decisions: u64,
+    pub placements: u64,
+    /// Ops that ran away from their home group.
+    pub borrowed_ops: u64,
+    pub transfers: u64,
+    pub transfer_gb: f64,
+    /// Replicas the planner placed: (tenant, GPUs, layers, with KV cache).
+    pub replicas: Vec<(String, Vec<u32>, (u32, u32), bool)>,
+    /// Concurrent iterations started beyond the first, per instance total.
+    pub micro_batches: u64,
 }
 
 /// The replay's summary (`summary.json`).
@@ -260,6 +286,7 @@ pub struct Summary {
     pub preemptions: u64,
     /// Placements the core refused, by reason (the op then ran on its home group).
     pub rejected_placements: Vec<(String, u64)>,
+    pub scheduling: Scheduling,
     pub gpu_busy_fraction: f64,
     pub tenants: Vec<TenantStats>,
     pub gpus: Vec<GpuStats>,

@@ -1,13 +1,13 @@
 //! The event loop: arrivals and op completions on an integer-nanosecond clock.
 
 use crate::devices::Devices;
-use crate::metrics::{quantile_ms, GpuStats, RequestRecord, Summary, TenantStats, TimeSeries, Timing};
+use crate::metrics::{RequestRecord, Summary, TimeSeries};
 use crate::scenario::Scenario;
 use slicesched_cost::{CostModel, CpuOverhead, DeviceCtx};
-use slicesched_engine::{Admission, Engine, SeqEvent};
-use slicesched_gmg::{Gmg, GroupId, IterId, MemoryKind, OpId, OpState, TenantId};
-use slicesched_model::{IterationDag, OpKind};
-use slicesched_policy::{Placement, Policy, ReadyOp, TenantView, View};
+use slicesched_engine::{Admission, BatchId, Engine, SeqEvent};
+use slicesched_gmg::{Gmg, GroupId, IterId, MemoryKind, OpId, TenantId};
+use slicesched_model::IterationDag;
+use slicesched_policy::{InstanceView, Placement, Policy, ReadyOp, TenantView, View};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -20,21 +20,19 @@ pub struct ReplayOptions {
     pub check_dependencies: bool,
     /// Engine CPU time between iterations (the GPU idles meanwhile).
     pub cpu_overhead: CpuOverhead,
+    /// Measure the wall time of every policy call (reported under `timing`).
+    pub time_decisions: bool,
 }
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        Self { progress_every: 1 << 20, check_dependencies: false, cpu_overhead: CpuOverhead::default_a100() }
+        Self {
+            progress_every: 1 << 20,
+            check_dependencies: false,
+            cpu_overhead: CpuOverhead::default_a100(),
+            time_decisions: false,
+        }
     }
-}
-
-/// What the event loop handles besides arrivals (which come from a sorted list).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Ev {
-    /// An op finished on its group.
-    OpDone(OpId),
-    /// A tenant's engine finished its CPU work: the scheduled batch reaches the GPUs.
-    Launch(u32),
 }
 
 /// Where a replay is, for progress bars.
@@ -57,50 +55,77 @@ pub struct ReplayResult {
     pub dependency_violations: u64,
 }
 
-struct TenantRt {
-    engine: Engine,
-    home: GroupId,
-    dag: Option<IterationDag>,
-    iter: Option<IterId>,
-    /// A batch is scheduled: on the CPU or on the GPUs.
-    busy: bool,
-    /// Predicted ns on the home group of the head, layer-template and tail ops.
-    pred: [Vec<u64>; 3],
-    seq_to_req: Vec<u32>,
-    new_prompt_tokens: u64,
+/// What the event loop handles besides arrivals (which come from a sorted list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Ev {
+    /// An op finished on its group.
+    OpDone(OpId),
+    /// An engine instance finished its CPU work: the batch reaches the GPUs.
+    Launch(u32, BatchId),
+    /// A placed op's inputs arrived on its group: it joins the group's queue.
+    Enqueue(OpId, GroupId, i32),
 }
 
-struct Sim<'a> {
-    scn: &'a Scenario,
-    cost: &'a CostModel,
-    policy: &'a mut dyn Policy,
-    opts: ReplayOptions,
-    now: u64,
-    seq: u64,
-    events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
-    gmg: Gmg,
-    dev: Devices,
-    group_ctx: Vec<DeviceCtx>,
-    tenants: Vec<TenantRt>,
-    records: Vec<RequestRecord>,
-    series: TimeSeries,
-    op_events: u64,
-    iterations: u64,
-    completed: u64,
-    dep_violations: u64,
-    rejected: Vec<(String, u64)>,
+/// One engine instance: a tenant's home, or a serving replica.
+pub(crate) struct InstRt {
+    pub tenant: TenantId,
+    pub group: GroupId,
+    pub is_home: bool,
+    pub engine: Engine,
+    pub seq_to_req: Vec<u32>,
+    pub inflight: u32,
+    /// Earliest pending launch, for the owner-need signal.
+    pub next_launch: u64,
+}
+
+/// One iteration executing in the GMG.
+pub(crate) struct IterRt {
+    pub inst: u32,
+    pub batch: BatchId,
+    pub dag: IterationDag,
+    pub new_prompt_tokens: u64,
+}
+
+pub(crate) struct Sim<'a> {
+    pub scn: &'a Scenario,
+    pub cost: &'a CostModel,
+    pub policy: &'a mut dyn Policy,
+    pub opts: ReplayOptions,
+    pub now: u64,
+    pub seq: u64,
+    pub events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    pub gmg: Gmg,
+    pub dev: Devices,
+    pub group_ctx: Vec<DeviceCtx>,
+    pub insts: Vec<InstRt>,
+    /// Instances of each tenant, home first.
+    pub tenant_insts: Vec<Vec<u32>>,
+    pub iters: Vec<Option<IterRt>>,
+    pub records: Vec<RequestRecord>,
+    pub series: TimeSeries,
+    pub op_events: u64,
+    pub iterations: u64,
+    /// Iterations launched while their instance had no other one executing.
+    pub single_iterations: u64,
+    pub completed: u64,
+    pub dep_violations: u64,
+    pub rejected: Vec<(String, u64)>,
+    pub stats: crate::place::PlaceStats,
     // Scratch buffers reused on the hot path.
-    ready: Vec<OpId>,
-    freed: Vec<(OpId, u64)>,
-    ready_view: Vec<ReadyOp>,
-    placements: Vec<Placement>,
-    seq_events: Vec<SeqEvent>,
-    busy_until: Vec<u64>,
-    queued: Vec<u32>,
-    tenant_views: Vec<TenantView>,
+    pub ready: Vec<OpId>,
+    pub freed: Vec<(OpId, u64)>,
+    pub ready_view: Vec<ReadyOp>,
+    pub placements: Vec<Placement>,
+    pub seq_events: Vec<SeqEvent>,
+    pub busy_until: Vec<u64>,
+    pub queued_ns: Vec<u64>,
+    pub owner_need: Vec<u64>,
+    pub tenant_views: Vec<TenantView>,
+    pub inst_views: Vec<InstanceView>,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
+/// The scenario should already carry the policy's replicas (see [`crate::plan`]).
 pub fn replay(
     scn: &Scenario,
     policy: &mut dyn Policy,
@@ -115,21 +140,24 @@ pub fn replay(
         .iter()
         .map(|g| DeviceCtx { sku: scn.cluster.gpu(g.gpus[0]).sku.clone(), group_link: scn.cluster.group_link(&g.gpus) })
         .collect();
-    let tenants = scn
-        .tenants
-        .iter()
-        .enumerate()
-        .map(|(i, t)| TenantRt {
-            engine: Engine::new(t.engine, t.kv_blocks),
-            home: scn.deployment.home(TenantId(i as u32)).expect("every tenant has a home").group,
-            dag: None,
-            iter: None,
-            busy: false,
-            pred: Default::default(),
+    let mut insts = Vec::new();
+    let mut tenant_insts = vec![Vec::new(); scn.tenants.len()];
+    // Homes first, in tenant order, so instance i < tenants is tenant i's home.
+    let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.is_home || h.kv_blocks > 0).collect();
+    order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
+    for h in order {
+        let t = &scn.tenants[h.tenant.index()];
+        tenant_insts[h.tenant.index()].push(insts.len() as u32);
+        insts.push(InstRt {
+            tenant: h.tenant,
+            group: h.group,
+            is_home: h.is_home,
+            engine: Engine::new(t.engine, h.kv_blocks),
             seq_to_req: Vec::new(),
-            new_prompt_tokens: 0,
-        })
-        .collect();
+            inflight: 0,
+            next_launch: u64::MAX,
+        });
+    }
     let records = scn
         .requests
         .iter()
@@ -163,22 +191,28 @@ pub fn replay(
         gmg: Gmg::new(),
         dev,
         group_ctx,
-        tenants,
+        insts,
+        tenant_insts,
+        iters: Vec::new(),
         records,
         series: TimeSeries::new(n_gpus),
         op_events: 0,
         iterations: 0,
+        single_iterations: 0,
         completed: 0,
         dep_violations: 0,
         rejected: Vec::new(),
+        stats: crate::place::PlaceStats::new(n_gpus),
         ready: Vec::new(),
         freed: Vec::new(),
         ready_view: Vec::new(),
         placements: Vec::new(),
         seq_events: Vec::new(),
         busy_until: vec![0; n_gpus],
-        queued: vec![0; n_gpus],
+        queued_ns: vec![0; n_gpus],
+        owner_need: vec![0; n_gpus],
         tenant_views: Vec::new(),
+        inst_views: Vec::new(),
     };
     sim.load_memory();
     sim.run(progress);
@@ -187,12 +221,12 @@ pub fn replay(
 
 impl Sim<'_> {
     fn load_memory(&mut self) {
-        for (i, t) in self.scn.tenants.iter().enumerate() {
-            let home = self.scn.deployment.home(TenantId(i as u32)).expect("home");
-            let kv = t.kv_blocks as u64 * t.engine.block_size as u64 * t.model.kv_bytes_per_token(t.gpus.len() as u32);
-            for g in &t.gpus {
+        for h in &self.scn.deployment.homes {
+            let t = &self.scn.tenants[h.tenant.index()];
+            let kv = h.kv_blocks as u64 * t.engine.block_size as u64 * t.model.kv_bytes_per_token(t.gpus.len() as u32);
+            for g in &self.scn.deployment.group(h.group).gpus {
                 let l = &mut self.dev.gpus[g.0 as usize].ledger;
-                l.alloc(MemoryKind::Weights, home.weight_bytes_per_gpu, 0);
+                l.alloc(MemoryKind::Weights, h.weight_bytes_per_gpu, 0);
                 l.alloc(MemoryKind::KvPool, kv, 0);
             }
         }
@@ -203,6 +237,11 @@ impl Sim<'_> {
         last + (self.scn.spec.drain_s * 1e9) as u64
     }
 
+    pub(crate) fn push(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, ev)));
+    }
+
     fn run(&mut self, progress: &mut dyn FnMut(&Progress)) {
         let horizon = self.horizon();
         let mut next_arrival = 0usize;
@@ -210,8 +249,8 @@ impl Sim<'_> {
         loop {
             let arr = self.scn.requests.get(next_arrival).map(|r| r.1.arrival_ns);
             let ev = self.events.peek().map(|e| e.0 .0);
-            // Arrivals go before op completions at the same instant: a fixed rule keeps
-            // the replay deterministic.
+            // Arrivals go before events at the same instant: a fixed rule keeps the
+            // replay deterministic.
             let take_arrival = match (arr, ev) {
                 (Some(a), Some(e)) => a <= e,
                 (Some(_), None) => true,
@@ -226,86 +265,106 @@ impl Sim<'_> {
                 self.now = t;
                 self.arrive(next_arrival);
                 next_arrival += 1;
-            } else {
-                let Reverse((t, _, ev)) = self.events.pop().expect("event");
-                if t > horizon {
-                    break;
-                }
-                self.now = t;
-                match ev {
-                    Ev::OpDone(op) => self.op_done(op),
-                    Ev::Launch(tenant) => self.launch(tenant as usize),
-                }
-                if self.op_events >= next_report {
-                    next_report += self.opts.progress_every;
-                    progress(&Progress {
-                        sim_ns: self.now,
-                        horizon_ns: horizon,
-                        op_events: self.op_events,
-                        completed: self.completed,
-                        requests: self.records.len() as u64,
-                    });
-                }
+                continue;
+            }
+            let Reverse((t, _, ev)) = self.events.pop().expect("event");
+            if t > horizon {
+                break;
+            }
+            self.now = t;
+            match ev {
+                Ev::OpDone(op) => self.op_done(op),
+                Ev::Launch(inst, batch) => self.launch(inst as usize, batch),
+                Ev::Enqueue(op, group, prio) => self.enqueue(op, group, prio),
+            }
+            if self.op_events >= next_report {
+                next_report += self.opts.progress_every;
+                progress(&self.progress(horizon));
             }
         }
-        progress(&Progress {
+        progress(&self.progress(horizon));
+    }
+
+    fn progress(&self, horizon: u64) -> Progress {
+        Progress {
             sim_ns: self.now,
             horizon_ns: horizon,
             op_events: self.op_events,
             completed: self.completed,
             requests: self.records.len() as u64,
-        });
+        }
     }
 
     fn arrive(&mut self, idx: usize) {
         let (t, r) = &self.scn.requests[idx];
-        let tenant = &mut self.tenants[*t as usize];
-        match tenant.engine.add_request(r.prompt_tokens, r.output_tokens.max(1)) {
+        let inst = if self.tenant_insts[*t as usize].len() == 1 {
+            self.tenant_insts[*t as usize][0] as usize
+        } else {
+            self.build_views();
+            let insts = &self.tenant_insts[*t as usize];
+            let views: Vec<InstanceView> = insts.iter().map(|&i| self.inst_views[i as usize]).collect();
+            let view = crate::place::view!(self);
+            let k = self.policy.route(&view, &views).min(insts.len() - 1);
+            insts[k] as usize
+        };
+        let rt = &mut self.insts[inst];
+        match rt.engine.add_request(r.prompt_tokens, r.output_tokens.max(1)) {
             Admission::Queued(seq) => {
-                debug_assert_eq!(seq.0 as usize, tenant.seq_to_req.len());
-                tenant.seq_to_req.push(idx as u32);
-                if !tenant.busy {
-                    self.start_iteration(*t as usize);
-                }
+                debug_assert_eq!(seq.0 as usize, rt.seq_to_req.len());
+                rt.seq_to_req.push(idx as u32);
+                self.start_iterations(inst);
             }
             Admission::TooLong { .. } => self.records[idx].dropped = Some("needs more KV cache than the tenant has"),
         }
     }
 
-    /// Lets the engine form its next batch; the batch reaches the GPUs after the
-    /// engine's CPU overhead.
-    fn start_iteration(&mut self, t: usize) {
-        let rt = &mut self.tenants[t];
-        let Some(batch) = rt.engine.schedule() else {
-            rt.busy = false;
-            return;
-        };
-        rt.busy = true;
-        let overhead = self.opts.cpu_overhead.iteration_ns(batch.prefills.len() + batch.decodes.len());
-        if overhead == 0 {
-            self.launch(t);
-        } else {
-            self.seq += 1;
-            self.events.push(Reverse((self.now + overhead, self.seq, Ev::Launch(t as u32))));
+    /// Lets the instance's engine form batches while the policy admits them; each
+    /// reaches the GPUs after the engine's CPU overhead.
+    pub(crate) fn start_iterations(&mut self, inst: usize) {
+        loop {
+            let rt = &self.insts[inst];
+            if !rt.engine.has_schedulable() {
+                return;
+            }
+            if rt.inflight > 0 {
+                self.build_views();
+                let iv = self.inst_views[inst];
+                let view = crate::place::view!(self);
+                if !self.policy.admit(&view, &iv) {
+                    return;
+                }
+            }
+            let rt = &mut self.insts[inst];
+            let Some(batch) = rt.engine.schedule() else { return };
+            self.single_iterations += (rt.inflight == 0) as u64;
+            rt.inflight += 1;
+            let b = rt.engine.batch(batch);
+            let overhead = self.opts.cpu_overhead.iteration_ns(b.prefills.len() + b.decodes.len());
+            rt.next_launch = rt.next_launch.min(self.now + overhead);
+            if overhead == 0 {
+                self.launch(inst, batch);
+            } else {
+                self.push(self.now + overhead, Ev::Launch(inst as u32, batch));
+            }
         }
     }
 
-    /// Puts the scheduled batch's operator DAG into the GMG.
-    fn launch(&mut self, t: usize) {
-        let setup = &self.scn.tenants[t];
-        let rt = &mut self.tenants[t];
-        let batch = rt.engine.current_batch();
+    /// Puts a scheduled batch's operator DAG into the GMG.
+    fn launch(&mut self, inst: usize, batch: BatchId) {
+        let rt = &mut self.insts[inst];
+        rt.next_launch = u64::MAX;
+        let setup = &self.scn.tenants[rt.tenant.index()];
+        let b = rt.engine.batch(batch);
         let tp = setup.gpus.len() as u32;
-        let dag = setup.model.iteration_dag(batch, tp);
-        rt.new_prompt_tokens = rt.engine.batch_new_prompt_tokens();
-        let ctx = &self.group_ctx[rt.home.index()];
+        let dag = setup.model.iteration_dag(b, tp);
+        let new_prompt_tokens = rt.engine.batch_new_prompt_tokens(batch);
+        let ctx = &self.group_ctx[rt.group.index()];
+        let mut pred: [Vec<u64>; 3] = Default::default();
         for (seg, ops) in [&dag.head, &dag.layer, &dag.tail].into_iter().enumerate() {
-            rt.pred[seg].clear();
-            rt.pred[seg].extend(ops.iter().map(|o| self.cost.op_ns(ctx, o).max(1)));
+            pred[seg].extend(ops.iter().map(|o| self.cost.op_ns(ctx, o).max(1)));
         }
         let (h, l) = (dag.head.len() as u32, dag.layer.len() as u32);
         let body = l * dag.layers;
-        let pred = &rt.pred;
         let predicted = |i: u32| {
             if i < h {
                 pred[0][i as usize]
@@ -316,179 +375,59 @@ impl Sim<'_> {
             }
         };
         self.ready.clear();
-        let iter = self.gmg.add_iteration(TenantId(t as u32), &dag, self.now, predicted, &mut self.ready);
-        rt.dag = Some(dag);
-        rt.iter = Some(iter);
+        let iter = self.gmg.add_iteration(rt.tenant, &dag, self.now, predicted, &mut self.ready);
+        if self.iters.len() <= iter.index() {
+            self.iters.resize_with(iter.index() + 1, || None);
+        }
+        self.iters[iter.index()] = Some(IterRt { inst: inst as u32, batch, dag, new_prompt_tokens });
         self.iterations += 1;
         let ready = std::mem::take(&mut self.ready);
         self.place(&ready);
         self.ready = ready;
     }
 
-    /// Asks the policy, validates its answer, and queues every ready op somewhere safe.
-    fn place(&mut self, ready: &[OpId]) {
-        if ready.is_empty() {
-            return;
-        }
-        self.ready_view.clear();
-        for &op in ready {
-            let n = self.gmg.op(op);
-            self.ready_view.push(ReadyOp {
-                op,
-                tenant: n.tenant,
-                kind: n.kind,
-                layer: n.layer,
-                predicted_ns: n.predicted_ns,
-                home: self.tenants[n.tenant.index()].home,
-                ready_ns: n.ready_ns,
-            });
-        }
-        for (i, g) in self.dev.gpus.iter().enumerate() {
-            self.busy_until[i] = g.busy_until.max(self.now);
-            self.queued[i] = g.queued;
-        }
-        self.tenant_views.clear();
-        for (i, t) in self.tenants.iter().enumerate() {
-            let (w, r) = t.engine.queue_lengths();
-            self.tenant_views.push(TenantView { tenant: TenantId(i as u32), home: t.home, waiting: w as u32, running: r as u32 });
-        }
-        let view = View {
-            now_ns: self.now,
-            deployment: &self.scn.deployment,
-            gpu_busy_until: &self.busy_until,
-            gpu_queued: &self.queued,
-            tenants: &self.tenant_views,
-        };
-        self.placements.clear();
-        self.policy.place(&view, &self.ready_view, &mut self.placements);
-
-        let placements = std::mem::take(&mut self.placements);
-        for p in &placements {
-            let Some(r) = self.ready_view.iter().find(|r| r.op == p.op).copied() else {
-                self.reject("op not offered");
-                continue;
-            };
-            if self.gmg.op(p.op).state != OpState::Ready {
-                self.reject("op placed twice");
-                continue;
-            }
-            let why = self.check(&r, p.group);
-            let group = match why {
-                None => p.group,
-                Some(reason) => {
-                    self.reject(reason);
-                    r.home
-                }
-            };
-            self.commit(p.op, group, p.priority);
-        }
-        self.placements = placements;
-        for i in 0..self.ready_view.len() {
-            let r = self.ready_view[i];
-            if self.gmg.op(r.op).state == OpState::Ready {
-                self.reject("op left unplaced");
-                self.commit(r.op, r.home, 0);
-            }
-        }
-    }
-
-    /// Why a placement breaks an invariant, if it does.
-    fn check(&self, r: &ReadyOp, group: GroupId) -> Option<&'static str> {
-        if group.index() >= self.scn.deployment.groups.len() {
-            return Some("no such GPU group");
-        }
-        if r.kind == OpKind::Attention && group != r.home {
-            return Some("attention away from its KV cache");
-        }
-        if !self.scn.deployment.holds(r.tenant, group, r.layer) {
-            return Some("weights not resident on the group");
-        }
-        None
-    }
-
-    fn reject(&mut self, reason: &str) {
-        match self.rejected.iter_mut().find(|(r, _)| r == reason) {
-            Some((_, n)) => *n += 1,
-            None => self.rejected.push((reason.to_string(), 1)),
-        }
-    }
-
-    fn commit(&mut self, op: OpId, group: GroupId, priority: i32) {
-        self.gmg.place(op, group);
-        self.dev.enqueue(group, op, priority);
-        self.try_start(group);
-    }
-
-    fn try_start(&mut self, around: GroupId) {
-        while let Some((group, op)) = self.dev.next_startable(around) {
-            self.start_op(group, op);
-        }
-    }
-
-    fn start_op(&mut self, group: GroupId, op: OpId) {
-        if self.opts.check_dependencies {
-            let late = self.gmg.inputs(op).any(|p| {
-                let n = self.gmg.op(p);
-                n.state != OpState::Done || n.end_ns > self.now
-            });
-            self.dep_violations += late as u64;
-        }
-        let node = self.gmg.op(op);
-        let (tenant, index, out_bytes) = (node.tenant, node.index, node.out_bytes);
-        let rt = &self.tenants[tenant.index()];
-        let dur = if group == rt.home {
-            node.predicted_ns
-        } else {
-            let spec = rt.dag.as_ref().expect("in-flight dag").op(index).spec;
-            self.cost.op_ns(&self.group_ctx[group.index()], spec).max(1)
-        };
-        self.gmg.start(op, self.now);
-        let end = self.now + dur;
-        for i in 0..self.dev.groups[group.index()].gpus.len() {
-            let x = self.dev.groups[group.index()].gpus[i];
-            self.dev.gpus[x].ledger.alloc(MemoryKind::Activations, out_bytes, self.now);
-        }
-        self.dev.occupy(group, self.now, end);
-        self.seq += 1;
-        self.events.push(Reverse((end, self.seq, Ev::OpDone(op))));
-        self.op_events += 1;
+    pub(crate) fn iter_of(&self, op: OpId) -> &IterRt {
+        self.iters[self.gmg.op(op).iter.index()].as_ref().expect("iteration in flight")
     }
 
     fn op_done(&mut self, op: OpId) {
         let node = self.gmg.op(op);
-        let (tenant, start) = (node.tenant, node.start_ns);
+        let (start, iter) = (node.start_ns, node.iter);
         let group = node.group.expect("a running op has a group");
         self.dev.release(group, start, self.now);
+        let guest = self.release_guest(op, group);
         for i in 0..self.dev.groups[group.index()].gpus.len() {
             let x = self.dev.groups[group.index()].gpus[i];
             self.series.add_busy(x, start, self.now);
+            if guest {
+                self.stats.guest_busy_ns[x] += self.now - start;
+            }
         }
         self.ready.clear();
         self.freed.clear();
         let done = self.gmg.finish(op, self.now, &mut self.ready, &mut self.freed);
         for i in 0..self.freed.len() {
             let (p, bytes) = self.freed[i];
-            let pg = self.gmg.op(p).group.expect("placed");
-            for j in 0..self.dev.groups[pg.index()].gpus.len() {
-                let x = self.dev.groups[pg.index()].gpus[j];
-                self.dev.gpus[x].ledger.release(MemoryKind::Activations, bytes);
-            }
+            self.free_output(p, bytes);
         }
         let ready = std::mem::take(&mut self.ready);
         self.place(&ready);
         self.ready = ready;
         if done {
-            self.complete_iteration(tenant.index());
+            self.complete_iteration(iter);
         }
         self.try_start(group);
     }
 
-    fn complete_iteration(&mut self, t: usize) {
-        let rt = &mut self.tenants[t];
-        let sampled = rt.engine.current_batch().sampled();
-        self.series.add_tokens(self.now, rt.new_prompt_tokens, sampled);
+    fn complete_iteration(&mut self, iter: IterId) {
+        let it = self.iters[iter.index()].take().expect("iteration in flight");
+        let inst = it.inst as usize;
+        let rt = &mut self.insts[inst];
+        rt.inflight -= 1;
+        let sampled = rt.engine.batch(it.batch).sampled();
+        self.series.add_tokens(self.now, it.new_prompt_tokens, sampled);
         self.seq_events.clear();
-        rt.engine.complete(&mut self.seq_events);
+        rt.engine.complete(it.batch, &mut self.seq_events);
         for ev in &self.seq_events {
             match *ev {
                 SeqEvent::FirstToken { seq } => {
@@ -504,9 +443,8 @@ impl Sim<'_> {
                 }
             }
         }
-        let iter = rt.iter.take().expect("iteration in flight");
         self.gmg.retire(iter);
-        self.start_iteration(t);
+        self.start_iterations(inst);
     }
 
     fn finish(mut self) -> ReplayResult {
@@ -516,12 +454,12 @@ impl Sim<'_> {
                 g.gaps.record(end - g.idle_since);
             }
         }
-        for (i, r) in self.records.iter_mut().enumerate() {
-            if r.finish_ns.is_none() && r.dropped.is_none() {
-                r.dropped = Some("unfinished when the drain window closed");
-                let t = &self.tenants[r.tenant as usize];
-                if let Some(seq) = t.seq_to_req.iter().position(|&x| x as usize == i) {
-                    r.preemptions = t.engine.seq_preemptions(slicesched_engine::SeqId(seq as u32));
+        for inst in &self.insts {
+            for (seq, &req) in inst.seq_to_req.iter().enumerate() {
+                let r = &mut self.records[req as usize];
+                if r.finish_ns.is_none() && r.dropped.is_none() {
+                    r.dropped = Some("unfinished when the drain window closed");
+                    r.preemptions = inst.engine.seq_preemptions(slicesched_engine::SeqId(seq as u32));
                 }
             }
         }
@@ -529,134 +467,5 @@ impl Sim<'_> {
         self.series.pad(buckets);
         let summary = self.summarize(end);
         ReplayResult { summary, records: self.records, series: self.series, dependency_violations: self.dep_violations }
-    }
-
-    fn summarize(&self, end: u64) -> Summary {
-        let dur_s = end as f64 / 1e9;
-        let stats = |recs: &mut dyn Iterator<Item = &RequestRecord>| {
-            let (mut n, mut done, mut dropped, mut viol, mut pt, mut ot) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-            let (mut ttft, mut tpot) = (Vec::new(), Vec::new());
-            for r in recs {
-                n += 1;
-                viol += r.violates() as u64;
-                if r.finish_ns.is_some() {
-                    done += 1;
-                    pt += r.prompt_tokens as u64;
-                    ot += r.output_tokens as u64;
-                    ttft.push(r.ttft_ns().unwrap_or(0));
-                    if r.output_tokens > 1 {
-                        tpot.push(r.tpot_ns().unwrap_or(0));
-                    }
-                } else {
-                    dropped += 1;
-                }
-            }
-            let q = |v: &mut Vec<u64>, p| quantile_ms(v, p);
-            (
-                n,
-                done,
-                dropped,
-                if n > 0 { viol as f64 / n as f64 } else { 0.0 },
-                pt as f64 / dur_s,
-                ot as f64 / dur_s,
-                [q(&mut ttft, 0.5), q(&mut ttft, 0.9), q(&mut ttft, 0.99)],
-                [q(&mut tpot, 0.5), q(&mut tpot, 0.9), q(&mut tpot, 0.99)],
-            )
-        };
-        let tenants: Vec<TenantStats> = self
-            .scn
-            .tenants
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let (n, done, dropped, vr, pts, ots, ttft, tpot) = stats(&mut self.records.iter().filter(|r| r.tenant as usize == i));
-                TenantStats {
-                    name: t.name.clone(),
-                    model: t.model.name.clone(),
-                    gpus: t.gpus.iter().map(|g| g.0).collect(),
-                    kv_blocks: t.kv_blocks,
-                    requests: n,
-                    completed: done,
-                    dropped,
-                    violation_rate: vr,
-                    prompt_tokens_per_s: pts,
-                    output_tokens_per_s: ots,
-                    ttft_p50_ms: ttft[0],
-                    ttft_p90_ms: ttft[1],
-                    ttft_p99_ms: ttft[2],
-                    tpot_p50_ms: tpot[0],
-                    tpot_p90_ms: tpot[1],
-                    tpot_p99_ms: tpot[2],
-                    preemptions: self.tenants[i].engine.preemptions(),
-                    sla_ttft_ms: t.sla.ttft_ms,
-                    sla_ttft_ms_per_1k: t.sla.ttft_ms_per_1k,
-                    sla_tpot_ms: t.sla.tpot_ms,
-                }
-            })
-            .collect();
-        let gpus: Vec<GpuStats> = self
-            .dev
-            .gpus
-            .iter()
-            .enumerate()
-            .map(|(i, g)| GpuStats {
-                gpu: i as u32,
-                sku: self.scn.cluster.gpus[i].sku.name.clone(),
-                busy_fraction: g.busy_ns as f64 / end as f64,
-                busy_s: g.busy_ns as f64 / 1e9,
-                idle_gaps: g.gaps.total_count(),
-                idle_gap_p50_ms: g.gaps.quantile_ms(0.5),
-                idle_gap_p90_ms: g.gaps.quantile_ms(0.9),
-                idle_gap_p99_ms: g.gaps.quantile_ms(0.99),
-                idle_share_le_1ms: g.gaps.idle_fraction_below_ms(1.0),
-                idle_share_le_10ms: g.gaps.idle_fraction_below_ms(10.0),
-                idle_share_le_100ms: g.gaps.idle_fraction_below_ms(100.0),
-                idle_share_le_1s: g.gaps.idle_fraction_below_ms(1000.0),
-                peak_memory_gb: g.ledger.peak as f64 / 1e9,
-                capacity_gb: g.ledger.capacity as f64 / 1e9,
-                oom_events: g.ledger.oom_events,
-                ops: g.ops,
-                gap_histogram: g.gaps.clone(),
-            })
-            .collect();
-        let (n, done, dropped, vr, pts, ots, ttft, tpot) = stats(&mut self.records.iter());
-        let mut reasons: Vec<(String, u64)> = Vec::new();
-        for r in &self.records {
-            if let (Some(why), None) = (r.dropped, r.finish_ns) {
-                match reasons.iter_mut().find(|(x, _)| x == why) {
-                    Some((_, c)) => *c += 1,
-                    None => reasons.push((why.to_string(), 1)),
-                }
-            }
-        }
-        Summary {
-            policy: self.policy.name().to_string(),
-            scenario: self.scn.spec.name.clone(),
-            seed: self.scn.spec.seed,
-            requests: n,
-            completed: done,
-            dropped,
-            dropped_by_reason: reasons,
-            skipped_trace_rows: self.scn.skipped.clone(),
-            violation_rate: vr,
-            duration_s: dur_s,
-            prompt_tokens_per_s: pts,
-            output_tokens_per_s: ots,
-            ttft_p50_ms: ttft[0],
-            ttft_p90_ms: ttft[1],
-            ttft_p99_ms: ttft[2],
-            tpot_p50_ms: tpot[0],
-            tpot_p90_ms: tpot[1],
-            tpot_p99_ms: tpot[2],
-            oom_events: gpus.iter().map(|g| g.oom_events).sum(),
-            op_events: self.op_events,
-            iterations: self.iterations,
-            preemptions: self.tenants.iter().map(|t| t.engine.preemptions()).sum(),
-            rejected_placements: self.rejected.clone(),
-            gpu_busy_fraction: gpus.iter().map(|g| g.busy_fraction).sum::<f64>() / gpus.len().max(1) as f64,
-            tenants,
-            gpus,
-            timing: Timing::default(),
-        }
     }
 }

@@ -28,6 +28,9 @@ pub struct ScenarioSpec {
     pub engine: EngineConfig,
     #[serde(default)]
     pub memory: MemorySpec,
+    /// Where replicas go for policies that use them.
+    #[serde(default)]
+    pub planner: crate::planner::PlannerSpec,
     pub tenants: Vec<TenantSpec>,
 }
 
@@ -112,6 +115,8 @@ pub struct Scenario {
     /// Rows skipped while reading traces, as "tenant: reason" with counts.
     pub skipped: Vec<(String, u64)>,
     pub memory: MemorySpec,
+    /// Per GPU, activation bytes kept for ops borrowed from other tenants.
+    pub guest_reserve: Vec<u64>,
 }
 
 impl Scenario {
@@ -175,11 +180,18 @@ impl Scenario {
                 layers: (0, model.num_hidden_layers as u32),
                 weight_bytes_per_gpu: model.weight_bytes_per_gpu(tp),
                 is_home: true,
+                kv_blocks: 0,
             });
             let activation_reserve = peak_activation_bytes(&model, tp, engine.max_batched_tokens);
             tenants.push(TenantSetup { name: t.name.clone(), model, gpus, sla: t.sla, engine, kv_blocks: 0, activation_reserve });
         }
-        size_kv_caches(&cluster, &deployment, &mut tenants, mem).map_err(|e| field("tenants".into(), e.to_string()))?;
+        spec.planner.check().map_err(|e| field("planner".into(), e))?;
+        let guest_reserve = vec![0; cluster.len()];
+        size_kv_caches(&cluster, &mut deployment, &tenants, mem, &guest_reserve)
+            .map_err(|e| field("tenants".into(), e.to_string()))?;
+        for (i, t) in tenants.iter_mut().enumerate() {
+            t.kv_blocks = deployment.home(slicesched_gmg::TenantId(i as u32)).map_or(0, |h| h.kv_blocks);
+        }
 
         let mut requests = Vec::new();
         let mut skipped = Vec::new();
@@ -198,7 +210,7 @@ impl Scenario {
             requests.extend(loaded.requests.into_iter().map(|r| (i as u32, r)));
         }
         requests.sort_by_key(|(t, r)| (r.arrival_ns, *t));
-        Ok(Self { spec, path: path.to_path_buf(), cluster, tenants, deployment, requests, skipped, memory: mem })
+        Ok(Self { spec, path: path.to_path_buf(), cluster, tenants, deployment, requests, skipped, memory: mem, guest_reserve })
     }
 
     /// The same scenario with every tenant's arrival rate multiplied by `scale`:
@@ -216,6 +228,19 @@ impl Scenario {
     /// Bytes per GPU that serving never uses.
     pub fn unusable_bytes(&self, capacity: u64) -> u64 {
         unusable(capacity, self.memory)
+    }
+
+    /// Bytes of KV cache on `gpu` in this deployment.
+    pub fn kv_bytes_on(&self, gpu: GpuId) -> u64 {
+        self.deployment
+            .homes
+            .iter()
+            .filter(|h| h.kv_blocks > 0 && self.deployment.group(h.group).gpus.contains(&gpu))
+            .map(|h| {
+                let t = &self.tenants[h.tenant.index()];
+                h.kv_blocks as u64 * t.engine.block_size as u64 * t.model.kv_bytes_per_token(t.gpus.len() as u32)
+            })
+            .sum()
     }
 }
 
@@ -251,15 +276,24 @@ pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -
     peak
 }
 
-/// Splits each GPU's memory left after weights and activation reserves evenly among
-/// the tenants whose home includes it, and sizes every tenant's KV cache from its
-/// tightest GPU.
-fn size_kv_caches(cluster: &Cluster, dep: &Deployment, tenants: &mut [TenantSetup], mem: MemorySpec) -> Result<(), DeploymentError> {
+/// Splits each GPU's memory left after weights, activation reserves and the guest
+/// reserve evenly among the engine instances (homes and serving replicas) on it, and
+/// sizes every instance's KV cache from its tightest GPU.
+pub(crate) fn size_kv_caches(
+    cluster: &Cluster,
+    dep: &mut Deployment,
+    tenants: &[TenantSetup],
+    mem: MemorySpec,
+    guest_reserve: &[u64],
+) -> Result<(), DeploymentError> {
     let n = cluster.len();
+    let serving = |h: &slicesched_gmg::TenantHome| h.is_home || h.kv_blocks > 0;
     let mut residents: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, t) in tenants.iter().enumerate() {
-        for g in &t.gpus {
-            residents[g.0 as usize].push(i);
+    for (i, h) in dep.homes.iter().enumerate() {
+        if serving(h) {
+            for g in &dep.group(h.group).gpus {
+                residents[g.0 as usize].push(i);
+            }
         }
     }
     let mut share = vec![0u64; n];
@@ -267,26 +301,32 @@ fn size_kv_caches(cluster: &Cluster, dep: &Deployment, tenants: &mut [TenantSetu
         let cap = cluster.gpus[g].sku.memory;
         let usable = cap - unusable(cap, mem).min(cap);
         let weights = dep.weight_bytes_on(GpuId(g as u32));
-        let acts: u64 = residents[g].iter().map(|&i| tenants[i].activation_reserve).sum();
-        let need = weights + acts;
+        let acts: u64 = residents[g].iter().map(|&i| tenants[dep.homes[i].tenant.index()].activation_reserve).sum();
+        let need = weights + acts + guest_reserve.get(g).copied().unwrap_or(0);
         if need >= usable && !residents[g].is_empty() {
-            let names = residents[g].iter().map(|&i| tenants[i].name.as_str()).collect::<Vec<_>>().join(", ");
+            let names = residents[g].iter().map(|&i| tenants[dep.homes[i].tenant.index()].name.as_str()).collect::<Vec<_>>().join(", ");
             return Err(DeploymentError::DoesNotFit { gpu: g as u32, need_gb: need as f64 / 1e9, cap_gb: usable as f64 / 1e9, tenants: names });
         }
-        share[g] = (usable - need) / residents[g].len().max(1) as u64;
+        share[g] = usable.saturating_sub(need) / residents[g].len().max(1) as u64;
     }
-    for t in tenants.iter_mut() {
+    for i in 0..dep.homes.len() {
+        if !serving(&dep.homes[i]) {
+            continue;
+        }
+        let t = &tenants[dep.homes[i].tenant.index()];
         let per_block = t.model.kv_bytes_per_token(t.gpus.len() as u32) * t.engine.block_size as u64;
-        let free = t.gpus.iter().map(|g| share[g.0 as usize]).min().unwrap_or(0);
-        t.kv_blocks = (free / per_block).min(u32::MAX as u64) as u32;
-        if t.kv_blocks == 0 {
+        let gpus = &dep.group(dep.homes[i].group).gpus;
+        let free = gpus.iter().map(|g| share[g.0 as usize]).min().unwrap_or(0);
+        let blocks = (free / per_block).min(u32::MAX as u64) as u32;
+        if blocks == 0 {
             return Err(DeploymentError::DoesNotFit {
-                gpu: t.gpus[0].0,
+                gpu: gpus[0].0,
                 need_gb: per_block as f64 / 1e9,
                 cap_gb: free as f64 / 1e9,
                 tenants: format!("{} (no room for a single KV block)", t.name),
             });
         }
+        dep.homes[i].kv_blocks = blocks;
     }
     Ok(())
 }

@@ -1,0 +1,81 @@
+//! `slice`: SliceScheduler's operator-level, simulation-guided policy.
+
+use crate::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View};
+use slicesched_model::OpKind;
+
+/// Operator-level placement: each ready op goes to whichever group holding its
+/// weights finishes it first (transfer of its input included), borrowing other
+/// tenants' idle slices; attention stays with the KV cache; the owner of a GPU keeps
+/// first claim at every op boundary (the core enforces that too). Ops are ordered by
+/// their tenant's SLA slack, and a tenant with work waiting may run extra micro-batches
+/// while replicas of its weights sit on idle GPUs.
+#[derive(Debug, Clone)]
+pub struct Slice {
+    /// Most micro-batches of one instance executing at once.
+    pub max_inflight: u32,
+}
+
+impl Default for Slice {
+    fn default() -> Self {
+        Self { max_inflight: 4 }
+    }
+}
+
+impl Policy for Slice {
+    fn name(&self) -> &str {
+        "slice"
+    }
+
+    fn replicas(&self) -> ReplicaMode {
+        ReplicaMode::Weights
+    }
+
+    fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
+        for r in ready {
+            let t = &view.tenants[r.tenant.index()];
+            // Less slack, higher priority (ms resolution, clamped).
+            let priority = (-(t.slack_ns / 1_000_000)).clamp(-1_000_000, 1_000_000) as i32;
+            let mut best = (self.finish(view, r, r.home), r.home);
+            if r.kind != OpKind::Attention {
+                for h in view.deployment.replicas(r.tenant) {
+                    let holds = match r.layer {
+                        Some(l) => h.layers.0 <= l && l < h.layers.1,
+                        None => h.layers == (0, t.layers),
+                    };
+                    if !holds {
+                        continue;
+                    }
+                    let f = self.finish(view, r, h.group);
+                    // Borrow only when it clearly wins, and never into a GPU whose
+                    // owner needs it before the op would be done.
+                    let owner_ok = view.deployment.group(h.group).gpus.iter().all(|g| view.gpu_owner_need_ns[g.0 as usize] >= f);
+                    if owner_ok && f + 2_000 < best.0 {
+                        best = (f, h.group);
+                    }
+                }
+            }
+            out.push(Placement { op: r.op, group: best.1, priority });
+        }
+    }
+
+    fn admit(&mut self, view: &View<'_>, inst: &InstanceView) -> bool {
+        if inst.inflight == 0 {
+            return true;
+        }
+        if inst.inflight >= self.max_inflight || inst.waiting == 0 {
+            return false;
+        }
+        // Another micro-batch only pays when some replica group is idle.
+        view.deployment.replicas(inst.tenant).filter(|h| h.layers.1 > h.layers.0).any(|h| {
+            view.group_free_at(h.group) <= view.now_ns
+                && view.deployment.group(h.group).gpus.iter().all(|g| view.gpu_owner_need_ns[g.0 as usize] > view.now_ns)
+        })
+    }
+}
+
+impl Slice {
+    fn finish(&self, view: &View<'_>, r: &ReadyOp, group: slicesched_gmg::GroupId) -> u64 {
+        let arrive = view.now_ns + r.input_group.map_or(0, |from| view.transfer_ns(from, group, r.input_bytes));
+        arrive.max(view.group_free_at(group)) + r.predicted_ns
+    }
+}

@@ -1,0 +1,359 @@
+//! From ready ops to running ops: the policy's view, its answer, the core's checks of
+//! every placement, transfers, group queues and op starts.
+
+use crate::replay::{Ev, Sim};
+use slicesched_gmg::{GroupId, MemoryKind, OpId, OpState, TenantId};
+use slicesched_model::OpKind;
+use slicesched_policy::{InstanceView, ReadyOp, TenantView, View};
+
+/// The policy's view, borrowing only the fields it shows (so the policy itself and
+/// the output buffers stay mutably borrowable).
+macro_rules! view {
+    ($s:expr) => {
+        View {
+            now_ns: $s.now,
+            cluster: &$s.scn.cluster,
+            deployment: &$s.scn.deployment,
+            gpu_busy_until: &$s.busy_until,
+            gpu_queued_ns: &$s.queued_ns,
+            gpu_owner_need_ns: &$s.owner_need,
+            tenants: &$s.tenant_views,
+            instances: &$s.inst_views,
+        }
+    };
+}
+pub(crate) use view;
+
+/// Owners' ops go first at every op boundary, whatever priority a policy gives.
+const OWNER_BOOST: i32 = 1 << 24;
+
+/// Counters of placement decisions.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PlaceStats {
+    pub decisions: u64,
+    pub placed: u64,
+    pub borrowed: u64,
+    pub transfers: u64,
+    pub transfer_bytes: u64,
+    pub decision_wall_ns: Vec<u64>,
+    /// Per GPU: busy ns spent on ops of tenants it is not home to.
+    pub guest_busy_ns: Vec<u64>,
+    /// Per GPU: activation bytes of borrowed ops alive now.
+    pub guest_bytes: Vec<u64>,
+    /// Per op slot: guest bytes to release when it ends (inputs copied in, output).
+    pub op_guest: Vec<u64>,
+}
+
+impl PlaceStats {
+    pub fn new(gpus: usize) -> Self {
+        Self { guest_busy_ns: vec![0; gpus], guest_bytes: vec![0; gpus], ..Default::default() }
+    }
+}
+
+impl Sim<'_> {
+    /// Refreshes the per-GPU and per-tenant figures the policy sees.
+    pub(crate) fn build_views(&mut self) {
+        let now = self.now;
+        for (i, g) in self.dev.gpus.iter().enumerate() {
+            self.busy_until[i] = if g.busy { g.busy_until } else { now };
+            self.queued_ns[i] = 0;
+            self.owner_need[i] = u64::MAX;
+        }
+        for grp in &self.dev.groups {
+            let q = grp.queued_ns();
+            for &x in &grp.gpus {
+                self.queued_ns[x] += q;
+            }
+        }
+        self.inst_views.clear();
+        for (i, rt) in self.insts.iter().enumerate() {
+            let (w, r) = rt.engine.queue_lengths();
+            self.inst_views.push(InstanceView {
+                index: i as u32,
+                tenant: rt.tenant,
+                group: rt.group,
+                is_home: rt.is_home,
+                waiting: w as u32,
+                running: r as u32,
+                inflight: rt.inflight,
+                kv_free_blocks: rt.engine.kv_blocks_free(),
+                kv_total_blocks: rt.engine.kv_blocks_total(),
+            });
+            if rt.is_home {
+                // The owner needs its GPUs now when it has work executing or schedulable,
+                // else at its next launch.
+                let need = if rt.inflight > 0 && rt.next_launch == u64::MAX || rt.engine.has_schedulable() {
+                    now
+                } else {
+                    rt.next_launch
+                };
+                for g in &self.scn.deployment.group(rt.group).gpus {
+                    let slot = &mut self.owner_need[g.0 as usize];
+                    *slot = (*slot).min(need);
+                }
+            }
+        }
+        self.tenant_views.clear();
+        for (i, t) in self.scn.tenants.iter().enumerate() {
+            let home = &self.insts[self.tenant_insts[i][0] as usize];
+            let slack = match home.engine.oldest_waiting() {
+                Some(seq) => {
+                    let r = &self.records[home.seq_to_req[seq.0 as usize] as usize];
+                    (r.arrival_ns + r.ttft_target_ns) as i64 - now as i64
+                }
+                None => i64::MAX,
+            };
+            self.tenant_views.push(TenantView {
+                tenant: TenantId(i as u32),
+                home: home.group,
+                layers: t.model.num_hidden_layers as u32,
+                slack_ns: slack,
+                tpot_target_ns: t.sla.tpot_target_ns(),
+            });
+        }
+    }
+
+
+    /// Asks the policy, validates its answer, and queues every ready op somewhere safe.
+    pub(crate) fn place(&mut self, ready: &[OpId]) {
+        if ready.is_empty() {
+            return;
+        }
+        self.ready_view.clear();
+        for &op in ready {
+            let n = self.gmg.op(op);
+            let (mut input_group, mut input_bytes) = (None, 0);
+            for p in self.gmg.inputs(op) {
+                let pn = self.gmg.op(p);
+                if pn.out_bytes >= input_bytes {
+                    input_bytes = pn.out_bytes;
+                    input_group = pn.group;
+                }
+            }
+            let it = self.iter_of(op);
+            self.ready_view.push(ReadyOp {
+                op,
+                tenant: n.tenant,
+                kind: n.kind,
+                layer: n.layer,
+                predicted_ns: n.predicted_ns,
+                home: self.insts[it.inst as usize].group,
+                ready_ns: n.ready_ns,
+                input_group,
+                input_bytes,
+                out_bytes: n.out_bytes,
+                instance: it.inst,
+            });
+        }
+        if self.policy.reads_view() {
+            self.build_views();
+        }
+        let view = view!(self);
+        self.placements.clear();
+        // Timing every call would cost more than many decisions: sample one in 64.
+        let t0 = (self.opts.time_decisions && self.stats.decisions % 64 == 0).then(std::time::Instant::now);
+        self.policy.place(&view, &self.ready_view, &mut self.placements);
+        if let Some(t0) = t0 {
+            self.stats.decision_wall_ns.push(t0.elapsed().as_nanos() as u64);
+        }
+        self.stats.decisions += 1;
+
+        let placements = std::mem::take(&mut self.placements);
+        for p in &placements {
+            let Some(r) = self.ready_view.iter().find(|r| r.op == p.op).copied() else {
+                self.reject("op not offered");
+                continue;
+            };
+            if self.gmg.op(p.op).state != OpState::Ready {
+                self.reject("op placed twice");
+                continue;
+            }
+            let group = match self.check(&r, p.group) {
+                None => p.group,
+                Some(reason) => {
+                    self.reject(reason);
+                    r.home
+                }
+            };
+            self.commit(&r, group, p.priority);
+        }
+        self.placements = placements;
+        for i in 0..self.ready_view.len() {
+            let r = self.ready_view[i];
+            if self.gmg.op(r.op).state == OpState::Ready {
+                self.reject("op left unplaced");
+                self.commit(&r, r.home, 0);
+            }
+        }
+    }
+
+    /// Nanoseconds to bring the op's inputs to `group`, and the bytes copied.
+    fn transfer(&self, op: OpId, group: GroupId) -> (u64, u64) {
+        let to = self.scn.deployment.group(group).gpus[0];
+        let (mut ns, mut bytes) = (0, 0);
+        for p in self.gmg.inputs(op) {
+            let pn = self.gmg.op(p);
+            let from = pn.group.expect("inputs are placed");
+            if from != group {
+                let link = self.scn.cluster.link(self.scn.deployment.group(from).gpus[0], to);
+                ns = ns.max(link.transfer_ns(pn.out_bytes));
+                bytes += pn.out_bytes;
+            }
+        }
+        (ns, bytes)
+    }
+
+    /// Why a placement breaks an invariant, if it does.
+    fn check(&self, r: &ReadyOp, group: GroupId) -> Option<&'static str> {
+        let dep = &self.scn.deployment;
+        if group.index() >= dep.groups.len() {
+            return Some("no such GPU group");
+        }
+        if group == r.home {
+            return None;
+        }
+        if r.kind == OpKind::Attention {
+            return Some("attention away from its KV cache");
+        }
+        let layers = self.scn.tenants[r.tenant.index()].model.num_hidden_layers as u32;
+        if !dep.holds(r.tenant, group, r.layer, layers) {
+            return Some("weights not resident on the group");
+        }
+        // Memory safety: a borrowed op lives in the host's guest reserve.
+        let (xfer_ns, xfer_bytes) = self.transfer(r.op, group);
+        let need = r.out_bytes + xfer_bytes;
+        let gpus = &dep.group(group).gpus;
+        if gpus.iter().any(|g| self.stats.guest_bytes[g.0 as usize] + need > self.scn.guest_reserve.get(g.0 as usize).copied().unwrap_or(0)) {
+            return Some("guest memory reserve exhausted");
+        }
+        // SLA protection: the borrowed op must be done before the owner needs its GPU,
+        // give or take a tenth of the owner's TPOT target.
+        let dur = self.duration(r.op, group);
+        let start = gpus.iter().map(|g| self.busy_until[g.0 as usize] + self.queued_ns[g.0 as usize]).max().unwrap_or(self.now);
+        let finish = start.max(self.now + xfer_ns) + dur;
+        for g in gpus {
+            if let Some(owner) = dep.owner_of(*g) {
+                if owner == r.tenant {
+                    continue;
+                }
+                let guard = self.scn.tenants[owner.index()].sla.tpot_target_ns() / 10;
+                if dur > guard || finish > self.owner_need[g.0 as usize].saturating_add(guard) {
+                    return Some("would delay the GPU's owner past its guard");
+                }
+            }
+        }
+        None
+    }
+
+    pub(crate) fn reject(&mut self, reason: &str) {
+        match self.rejected.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, n)) => *n += 1,
+            None => self.rejected.push((reason.to_string(), 1)),
+        }
+    }
+
+    /// Predicted ns of `op` on `group`.
+    fn duration(&self, op: OpId, group: GroupId) -> u64 {
+        let node = self.gmg.op(op);
+        let it = self.iter_of(op);
+        if group == self.insts[it.inst as usize].group {
+            return node.predicted_ns;
+        }
+        self.cost.op_ns(&self.group_ctx[group.index()], it.dag.op(node.index).spec).max(1)
+    }
+
+    fn commit(&mut self, r: &ReadyOp, group: GroupId, priority: i32) {
+        self.gmg.place(r.op, group);
+        self.stats.placed += 1;
+        let owner = self.dev.groups[group.index()].owners.contains(&r.tenant);
+        let prio = priority.clamp(-OWNER_BOOST + 1, OWNER_BOOST - 1) + if owner { OWNER_BOOST } else { 0 };
+        let (ns, bytes) = self.transfer(r.op, group);
+        if group != r.home {
+            self.stats.borrowed += 1;
+            let need = r.out_bytes + bytes;
+            for g in &self.scn.deployment.group(group).gpus {
+                self.stats.guest_bytes[g.0 as usize] += need;
+            }
+            let slot = r.op.raw() as usize;
+            if self.stats.op_guest.len() <= slot {
+                self.stats.op_guest.resize(slot + 1, 0);
+            }
+            // The input copies go at the op's end, the output when its consumers end.
+            self.stats.op_guest[slot] = bytes;
+        }
+        if bytes > 0 {
+            self.stats.transfers += 1;
+            self.stats.transfer_bytes += bytes;
+        }
+        if ns == 0 {
+            self.enqueue(r.op, group, prio);
+        } else {
+            self.push(self.now + ns, Ev::Enqueue(r.op, group, prio));
+        }
+    }
+
+    pub(crate) fn enqueue(&mut self, op: OpId, group: GroupId, prio: i32) {
+        let dur = self.duration(op, group);
+        // The common case on a container's own GPUs: nothing to order, start now.
+        if self.dev.can_start_now(group) {
+            self.start_op(group, op, dur);
+            return;
+        }
+        self.dev.enqueue(group, op, prio, dur);
+        self.try_start(group);
+    }
+
+    pub(crate) fn try_start(&mut self, around: GroupId) {
+        while let Some((group, op, dur)) = self.dev.next_startable(around) {
+            self.start_op(group, op, dur);
+        }
+    }
+
+    fn start_op(&mut self, group: GroupId, op: OpId, dur: u64) {
+        if self.opts.check_dependencies {
+            let late = self.gmg.inputs(op).any(|p| {
+                let n = self.gmg.op(p);
+                n.state != OpState::Done || n.end_ns > self.now
+            });
+            self.dep_violations += late as u64;
+        }
+        let copies = self.stats.op_guest.get(op.raw() as usize).copied().unwrap_or(0);
+        let out_bytes = self.gmg.op(op).out_bytes + copies;
+        self.gmg.start(op, self.now);
+        let end = self.now + dur;
+        for i in 0..self.dev.groups[group.index()].gpus.len() {
+            let x = self.dev.groups[group.index()].gpus[i];
+            self.dev.gpus[x].ledger.alloc(MemoryKind::Activations, out_bytes, self.now);
+        }
+        self.dev.occupy(group, self.now, end);
+        self.push(end, Ev::OpDone(op));
+        self.op_events += 1;
+    }
+
+    /// Releases an ending borrowed op's input copies; says whether it was borrowed.
+    pub(crate) fn release_guest(&mut self, op: OpId, group: GroupId) -> bool {
+        let home = self.insts[self.iter_of(op).inst as usize].group;
+        if group == home {
+            return false;
+        }
+        let bytes = std::mem::take(&mut self.stats.op_guest[op.raw() as usize]);
+        for g in &self.scn.deployment.group(group).gpus {
+            self.stats.guest_bytes[g.0 as usize] -= bytes;
+            self.dev.gpus[g.0 as usize].ledger.release(MemoryKind::Activations, bytes);
+        }
+        true
+    }
+
+    /// Frees a producer's output once no consumer needs it.
+    pub(crate) fn free_output(&mut self, p: OpId, bytes: u64) {
+        let pg = self.gmg.op(p).group.expect("placed");
+        let home = self.insts[self.iter_of(p).inst as usize].group;
+        for j in 0..self.dev.groups[pg.index()].gpus.len() {
+            let x = self.dev.groups[pg.index()].gpus[j];
+            self.dev.gpus[x].ledger.release(MemoryKind::Activations, bytes);
+            if pg != home {
+                self.stats.guest_bytes[x] -= bytes;
+            }
+        }
+    }
+}

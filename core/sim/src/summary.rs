@@ -1,0 +1,177 @@
+//! The replay's summary: per-request, per-tenant and per-GPU figures.
+
+use crate::metrics::{quantile_ms, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, Timing};
+use slicesched_hw::GpuId;
+use crate::replay::Sim;
+
+impl Sim<'_> {
+    pub(crate) fn summarize(&self, end: u64) -> Summary {
+        let dur_s = end as f64 / 1e9;
+        let stats = |recs: &mut dyn Iterator<Item = &RequestRecord>| {
+            let (mut n, mut done, mut dropped, mut viol, mut pt, mut ot) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+            let (mut ttft, mut tpot) = (Vec::new(), Vec::new());
+            for r in recs {
+                n += 1;
+                viol += r.violates() as u64;
+                if r.finish_ns.is_some() {
+                    done += 1;
+                    pt += r.prompt_tokens as u64;
+                    ot += r.output_tokens as u64;
+                    ttft.push(r.ttft_ns().unwrap_or(0));
+                    if r.output_tokens > 1 {
+                        tpot.push(r.tpot_ns().unwrap_or(0));
+                    }
+                } else {
+                    dropped += 1;
+                }
+            }
+            let q = |v: &mut Vec<u64>, p| quantile_ms(v, p);
+            (
+                n,
+                done,
+                dropped,
+                if n > 0 { viol as f64 / n as f64 } else { 0.0 },
+                pt as f64 / dur_s,
+                ot as f64 / dur_s,
+                [q(&mut ttft, 0.5), q(&mut ttft, 0.9), q(&mut ttft, 0.99)],
+                [q(&mut tpot, 0.5), q(&mut tpot, 0.9), q(&mut tpot, 0.99)],
+            )
+        };
+        let tenants: Vec<TenantStats> = self
+            .scn
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let (n, done, dropped, vr, pts, ots, ttft, tpot) = stats(&mut self.records.iter().filter(|r| r.tenant as usize == i));
+                TenantStats {
+                    name: t.name.clone(),
+                    model: t.model.name.clone(),
+                    gpus: t.gpus.iter().map(|g| g.0).collect(),
+                    kv_blocks: t.kv_blocks,
+                    requests: n,
+                    completed: done,
+                    dropped,
+                    violation_rate: vr,
+                    prompt_tokens_per_s: pts,
+                    output_tokens_per_s: ots,
+                    ttft_p50_ms: ttft[0],
+                    ttft_p90_ms: ttft[1],
+                    ttft_p99_ms: ttft[2],
+                    tpot_p50_ms: tpot[0],
+                    tpot_p90_ms: tpot[1],
+                    tpot_p99_ms: tpot[2],
+                    preemptions: self.tenant_insts[i].iter().map(|&k| self.insts[k as usize].engine.preemptions()).sum(),
+                    sla_ttft_ms: t.sla.ttft_ms,
+                    sla_ttft_ms_per_1k: t.sla.ttft_ms_per_1k,
+                    sla_tpot_ms: t.sla.tpot_ms,
+                }
+            })
+            .collect();
+        let gpus: Vec<GpuStats> = self
+            .dev
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| GpuStats {
+                gpu: i as u32,
+                sku: self.scn.cluster.gpus[i].sku.name.clone(),
+                busy_fraction: g.busy_ns as f64 / end as f64,
+                busy_s: g.busy_ns as f64 / 1e9,
+                idle_gaps: g.gaps.total_count(),
+                idle_gap_p50_ms: g.gaps.quantile_ms(0.5),
+                idle_gap_p90_ms: g.gaps.quantile_ms(0.9),
+                idle_gap_p99_ms: g.gaps.quantile_ms(0.99),
+                idle_share_le_1ms: g.gaps.idle_fraction_below_ms(1.0),
+                idle_share_le_10ms: g.gaps.idle_fraction_below_ms(10.0),
+                idle_share_le_100ms: g.gaps.idle_fraction_below_ms(100.0),
+                idle_share_le_1s: g.gaps.idle_fraction_below_ms(1000.0),
+                peak_memory_gb: g.ledger.peak as f64 / 1e9,
+                capacity_gb: g.ledger.capacity as f64 / 1e9,
+                oom_events: g.ledger.oom_events,
+                ops: g.ops,
+                guest_busy_s: self.stats.guest_busy_ns[i] as f64 / 1e9,
+                weights: {
+                    let dep = &self.scn.deployment;
+                    let mut w: Vec<_> = dep
+                        .homes
+                        .iter()
+                        .filter(|h| dep.group(h.group).gpus.contains(&GpuId(i as u32)))
+                        .map(|h| (!h.is_home, self.scn.tenants[h.tenant.index()].name.clone(), h.layers, h.weight_bytes_per_gpu as f64 / 1e9))
+                        .collect();
+                    w.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+                    w.into_iter().map(|(_, n, l, gb)| (n, l, gb)).collect()
+                },
+                kv_cache_gb: self.scn.kv_bytes_on(GpuId(i as u32)) as f64 / 1e9,
+                gap_histogram: g.gaps.clone(),
+            })
+            .collect();
+        let (n, done, dropped, vr, pts, ots, ttft, tpot) = stats(&mut self.records.iter());
+        let mut reasons: Vec<(String, u64)> = Vec::new();
+        for r in &self.records {
+            if let (Some(why), None) = (r.dropped, r.finish_ns) {
+                match reasons.iter_mut().find(|(x, _)| x == why) {
+                    Some((_, c)) => *c += 1,
+                    None => reasons.push((why.to_string(), 1)),
+                }
+            }
+        }
+        Summary {
+            policy: self.policy.name().to_string(),
+            scenario: self.scn.spec.name.clone(),
+            seed: self.scn.spec.seed,
+            requests: n,
+            completed: done,
+            dropped,
+            dropped_by_reason: reasons,
+            skipped_trace_rows: self.scn.skipped.clone(),
+            violation_rate: vr,
+            duration_s: dur_s,
+            prompt_tokens_per_s: pts,
+            output_tokens_per_s: ots,
+            ttft_p50_ms: ttft[0],
+            ttft_p90_ms: ttft[1],
+            ttft_p99_ms: ttft[2],
+            tpot_p50_ms: tpot[0],
+            tpot_p90_ms: tpot[1],
+            tpot_p99_ms: tpot[2],
+            oom_events: gpus.iter().map(|g| g.oom_events).sum(),
+            op_events: self.op_events,
+            iterations: self.iterations,
+            preemptions: self.insts.iter().map(|t| t.engine.preemptions()).sum(),
+            rejected_placements: self.rejected.clone(),
+            scheduling: Scheduling {
+                decisions: self.stats.decisions,
+                placements: self.stats.placed,
+                borrowed_ops: self.stats.borrowed,
+                transfers: self.stats.transfers,
+                transfer_gb: self.stats.transfer_bytes as f64 / 1e9,
+                replicas: self
+                    .scn
+                    .deployment
+                    .homes
+                    .iter()
+                    .filter(|h| !h.is_home)
+                    .map(|h| {
+                        let gpus = self.scn.deployment.group(h.group).gpus.iter().map(|g| g.0).collect();
+                        (self.scn.tenants[h.tenant.index()].name.clone(), gpus, h.layers, h.kv_blocks > 0)
+                    })
+                    .collect(),
+                micro_batches: self.iterations.saturating_sub(self.single_iterations),
+            },
+            gpu_busy_fraction: gpus.iter().map(|g| g.busy_fraction).sum::<f64>() / gpus.len().max(1) as f64,
+            tenants,
+            gpus,
+            timing: {
+                let mut d = self.stats.decision_wall_ns.clone();
+                let total: u64 = d.iter().sum();
+                Timing {
+                    decisions_per_s: if total > 0 { d.len() as f64 / (total as f64 / 1e9) } else { 0.0 },
+                    decision_p50_us: quantile_ms(&mut d, 0.5) * 1e3,
+                    decision_p99_us: quantile_ms(&mut d, 0.99) * 1e3,
+                    ..Timing::default()
+                }
+            },
+        }
+    }
+}
