@@ -33,6 +33,10 @@ impl Timeline {
                 dependents[d].push(i);
             }
         }
+        let mut on_gpu = vec![Vec::new(); self.n_gpus()];
+        for (i, n) in nodes.iter().enumerate() {
+            n.gpus.iter().for_each(|&g| on_gpu[g as usize].push(i));
+        }
         let end = |i: usize| dependents[i].iter().map(|&y| nodes[y].finish).fold(nodes[i].finish, u64::max);
         let mut out = WhatIf::default();
         for (j, c) in candidates.iter().enumerate() {
@@ -40,7 +44,7 @@ impl Timeline {
             let (ws, we) = (n.start, n.finish.max(n.start + 1));
             let mut o = CandidateOutcome { key: c.key, start_ns: n.start, finish_ns: n.finish, fits: true, ..Default::default() };
             for &g in &c.gpus {
-                let on_g: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].gpus.contains(&g)).collect();
+                let on_g = &on_gpu[g as usize];
                 let mut points = vec![ws];
                 points.extend(on_g.iter().map(|&i| nodes[i].start).filter(|&a| a > ws && a < we));
                 let peak = points
@@ -131,9 +135,11 @@ impl Timeline {
         }
         // Waits: queue predecessors on every GPU, then dependencies.
         let mut preds: Vec<Vec<(usize, u64)>> = nodes.iter().map(|n| n.deps.clone()).collect();
-        for g in 0..self.n_gpus() as u32 {
-            let mut q: Vec<usize> =
-                (0..nodes.len()).filter(|&i| nodes[i].state != State::Finished && nodes[i].gpus.contains(&g)).collect();
+        let mut on_gpu = vec![Vec::new(); self.n_gpus()];
+        for (i, n) in nodes.iter().enumerate().filter(|(_, n)| n.state != State::Finished) {
+            n.gpus.iter().for_each(|&g| on_gpu[g as usize].push(i));
+        }
+        for mut q in on_gpu {
             q.sort_by_key(|&i| {
                 let n = &nodes[i];
                 match n.state {
