@@ -42,7 +42,13 @@ impl Timeline {
         for (j, c) in candidates.iter().enumerate() {
             let n = &nodes[first + j];
             let (ws, we) = (n.start, n.finish.max(n.start + 1));
-            let mut o = CandidateOutcome { key: c.key, start_ns: n.start, finish_ns: n.finish, fits: true, ..Default::default() };
+            let mut o = CandidateOutcome {
+                key: c.key,
+                start_ns: n.start,
+                finish_ns: n.finish,
+                fits: true,
+                ..Default::default()
+            };
             for &g in &c.gpus {
                 let on_g = &on_gpu[g as usize];
                 let mut points = vec![ws];
@@ -103,10 +109,9 @@ impl Timeline {
                 slot: Some(x),
             });
         }
-        for i in 0..nodes.len() {
-            let x = nodes[i].slot.expect("committed");
-            nodes[i].deps =
-                self.nodes[x].deps.iter().filter(|d| d.0 != NONE).map(|&(d, t)| (of_slot[&d], t)).collect();
+        for n in nodes.iter_mut() {
+            let x = n.slot.expect("committed");
+            n.deps = self.nodes[x].deps.iter().filter(|d| d.0 != NONE).map(|&(d, t)| (of_slot[&d], t)).collect();
         }
         let mut by_key: HashMap<OpKey, usize> = nodes.iter().enumerate().map(|(i, n)| (n.key, i)).collect();
         for (j, c) in cands.iter().enumerate() {

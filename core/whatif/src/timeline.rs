@@ -329,7 +329,8 @@ impl Timeline {
         let mut sorted = std::mem::take(&mut self.sorted);
         sorted.clear();
         sorted.extend(
-            (0..self.nodes.len() as u32).filter(|&x| self.nodes[x as usize].live && self.nodes[x as usize].state == State::Queued),
+            (0..self.nodes.len() as u32)
+                .filter(|&x| self.nodes[x as usize].live && self.nodes[x as usize].state == State::Queued),
         );
         let nodes = &self.nodes;
         sorted.sort_unstable_by_key(|&x| qkey(nodes[x as usize].eff, nodes[x as usize].seq));

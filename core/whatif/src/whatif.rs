@@ -100,7 +100,7 @@ impl WhatIf {
     }
 }
 
-/// The GPU list and insertion index of node `id` on GPU `g`, if it is there.
+/// Candidate `j`'s insertion index on GPU `g`, if it uses `g`.
 #[inline]
 fn cand_ins(cands: &[Candidate], s: &Scratch, j: usize, g: u32) -> Option<u32> {
     cands[j].gpus.iter().position(|&x| x == g).map(|i| s.cands[j].ins[i])
@@ -231,7 +231,8 @@ impl Timeline {
         }
     }
 
-    /// The node before `id` on GPU `g` once the candidates are in, or `NONE`.
+    /// The node queued just before the one with `key` at index `pos` of GPU `g` once
+    /// the candidates are in, or `NONE`. Candidates sharing an index go by queue key.
     fn pred(&self, cands: &[Candidate], s: &Scratch, g: u32, pos: u32, key: (u32, u64)) -> u32 {
         let mut best = NONE;
         let mut best_key = (0, 0);
@@ -249,7 +250,8 @@ impl Timeline {
         best
     }
 
-    /// The node after `id` on GPU `g`; `pos` is where the candidates after it would sit.
+    /// The node queued just after the one with `key`; `pos` is the index where the
+    /// candidates after it would be inserted.
     fn succ(&self, cands: &[Candidate], s: &Scratch, g: u32, pos: u32, key: (u32, u64)) -> u32 {
         let mut best = NONE;
         let mut best_key = (0, 0);
@@ -384,10 +386,10 @@ impl Timeline {
         for &x in &self.done[g as usize] {
             add(self.start_of(s, x), self.mem_end(s, x), self.nodes[x as usize].mem);
         }
-        for k in 0..s.cands.len() {
-            if cands[k].gpus.contains(&g) {
+        for (k, c) in cands.iter().enumerate() {
+            if c.gpus.contains(&g) {
                 let id = CAND | k as u32;
-                add(s.cands[k].start, self.mem_end(s, id), cands[k].mem_bytes);
+                add(s.cands[k].start, self.mem_end(s, id), c.mem_bytes);
             }
         }
         events.sort_unstable();

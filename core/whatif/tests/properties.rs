@@ -61,7 +61,12 @@ fn build(n: u32, i: u64, g: &Gen, key_base: u64) -> Candidate {
         priority: g.prio,
         tenant: g.tenant,
         ready_ns: g.ready,
-        deps: g.deps.iter().filter(|d| d.0 < i + 3).map(|&(off, t)| (OpKey((key_base + i).wrapping_sub(off + 1)), t)).collect(),
+        deps: g
+            .deps
+            .iter()
+            .filter(|d| d.0 < i + 3)
+            .map(|&(off, t)| (OpKey((key_base + i).wrapping_sub(off + 1)), t))
+            .collect(),
         mem_bytes: g.mem,
     }
 }
