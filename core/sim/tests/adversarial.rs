@@ -1,0 +1,166 @@
+//! Hostile and random policies cannot break the core's invariants: whatever they
+//! answer, no GPU runs out of memory, no op starts before its inputs, and every
+//! request completes or is dropped with a reason.
+
+mod common;
+use common::*;
+use proptest::prelude::*;
+use slicesched_gmg::GroupId;
+use slicesched_policy::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View};
+use slicesched_sim::{plan, replay};
+
+/// Answers at random from a seeded generator: any group (existing or not), any
+/// priority, ops dropped or repeated, extra micro-batches always admitted.
+struct Chaos {
+    state: u64,
+    mode: ReplicaMode,
+}
+
+impl Chaos {
+    fn next(&mut self) -> u64 {
+        // xorshift64*: deterministic and dependency-free.
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        self.state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+impl Policy for Chaos {
+    fn name(&self) -> &str {
+        "chaos"
+    }
+    fn replicas(&self) -> ReplicaMode {
+        self.mode
+    }
+    fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
+        let groups = view.deployment.groups.len() as u64;
+        for r in ready {
+            let roll = self.next() % 10;
+            if roll == 0 {
+                continue; // leave it unplaced
+            }
+            let group = match roll {
+                1 => GroupId(u32::MAX), // does not exist
+                2 => GroupId((groups + 3) as u32),
+                _ => GroupId((self.next() % groups) as u32),
+            };
+            let priority = (self.next() as i64 % 2_000_000_000) as i32;
+            out.push(Placement { op: r.op, group, priority });
+            if roll == 9 {
+                out.push(Placement { op: r.op, group: r.home, priority }); // twice
+            }
+        }
+    }
+    fn admit(&mut self, _view: &View<'_>, _inst: &InstanceView) -> bool {
+        true
+    }
+    fn route(&mut self, _view: &View<'_>, _instances: &[InstanceView]) -> usize {
+        self.next() as usize // out of range most of the time
+    }
+}
+
+/// Sends every op, attention included, to the most loaded group it can name.
+struct Hog;
+
+impl Policy for Hog {
+    fn name(&self) -> &str {
+        "hog"
+    }
+    fn replicas(&self) -> ReplicaMode {
+        ReplicaMode::Weights
+    }
+    fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
+        let busiest = (0..view.deployment.groups.len())
+            .max_by_key(|&g| view.group_free_at(GroupId(g as u32)))
+            .map_or(GroupId(0), |g| GroupId(g as u32));
+        out.extend(ready.iter().map(|r| Placement { op: r.op, group: busiest, priority: i32::MAX }));
+    }
+    fn admit(&mut self, _view: &View<'_>, inst: &InstanceView) -> bool {
+        inst.inflight < 64
+    }
+}
+
+fn scenario_text(seed: u64, rate: f64, gpu: &str) -> String {
+    format!(
+        r#"
+name = "adversarial"
+seed = {seed}
+duration_s = 6
+drain_s = 60
+[planner]
+replica_memory_fraction = 0.6
+[cluster]
+[[cluster.nodes]]
+gpu = "{gpu}"
+gpus = 4
+[[tenants]]
+name = "a"
+model = "llama-3-8b"
+gpus = [0]
+sla = {{ ttft_ms = 300, tpot_ms = 40 }}
+trace = {{ kind = "gamma", rate = {rate}, cv = 3.0, prompt = {{ dist = "uniform", min = 1, max = 6000 }}, output = {{ dist = "uniform", min = 1, max = 200 }} }}
+[[tenants]]
+name = "b"
+model = "mistral-7b"
+gpus = [1]
+sla = {{ ttft_ms = 300, tpot_ms = 40 }}
+trace = {{ kind = "poisson", rate = {rate} }}
+[[tenants]]
+name = "c"
+model = "qwen2.5-7b"
+gpus = [2, 3]
+sla = {{ ttft_ms = 300, tpot_ms = 40 }}
+trace = {{ kind = "poisson", rate = {rate} }}
+"#
+    )
+}
+
+fn check(policy: &mut dyn Policy, seed: u64, rate: f64, gpu: &str) -> Result<(), TestCaseError> {
+    let base = scenario(&scenario_text(seed, rate, gpu));
+    let scn = plan(&base, policy.replicas()).expect("planner");
+    let r = replay(&scn, policy, slicesched_cost::CostModel::default_a100(), checked(), &mut |_| {});
+    prop_assert_eq!(r.dependency_violations, 0);
+    prop_assert_eq!(r.summary.oom_events, 0);
+    for g in &r.summary.gpus {
+        prop_assert!(g.peak_memory_gb <= g.capacity_gb);
+    }
+    for rec in &r.records {
+        prop_assert!(rec.finish_ns.is_some() != rec.dropped.is_some(), "request {} in limbo", rec.id);
+    }
+    prop_assert_eq!(r.summary.requests, r.summary.completed + r.summary.dropped);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_answers_never_break_invariants(
+        seed in 0u64..10_000,
+        rate in 1.0f64..8.0,
+        serving in any::<bool>(),
+        gpu in prop::sample::select(vec!["H100-80GB", "A100-80GB", "L40S"]),
+    ) {
+        let mode = if serving { ReplicaMode::Serving } else { ReplicaMode::Weights };
+        check(&mut Chaos { state: seed | 1, mode }, seed, rate, gpu)?;
+    }
+
+    #[test]
+    fn hostile_hogging_never_breaks_invariants(seed in 0u64..10_000, rate in 1.0f64..8.0) {
+        check(&mut Hog, seed, rate, "H100-80GB")?;
+    }
+}
+
+#[test]
+fn rejections_are_counted_with_reasons() {
+    let base = scenario(&scenario_text(5, 4.0, "H100-80GB"));
+    let mut p = Chaos { state: 99, mode: ReplicaMode::Weights };
+    let scn = plan(&base, p.replicas()).unwrap();
+    let r = replay(&scn, &mut p, slicesched_cost::CostModel::default_a100(), checked(), &mut |_| {});
+    let reasons: Vec<&str> = r.summary.rejected_placements.iter().map(|(w, _)| w.as_str()).collect();
+    for expected in ["no such GPU group", "op left unplaced", "op placed twice"] {
+        assert!(reasons.contains(&expected), "missing `{expected}` in {reasons:?}");
+    }
+    assert!(!r.summary.scheduling.replicas.is_empty(), "the planner placed replicas");
+}
