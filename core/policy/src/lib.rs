@@ -18,9 +18,11 @@ use slicesched_model::OpKind;
 
 mod dedicated;
 mod pooled;
+mod shared;
 mod slice;
 pub use dedicated::Dedicated;
 pub use pooled::Pooled;
+pub use shared::{Mps, TimeSlice};
 pub use slice::Slice;
 
 /// A ready operator offered to the policy.
@@ -146,6 +148,19 @@ pub trait Policy: Send {
         true
     }
 
+    /// Cost of switching a GPU from one tenant's op to another's. Separate processes
+    /// time-sliced on a GPU pay a context switch; one process running every tenant's
+    /// ops on streams (SliceScheduler's executor, MPS) does not.
+    fn context_switch_ns(&self) -> u64 {
+        0
+    }
+
+    /// MPS-style static spatial sharing: co-located tenants run concurrently, each on a
+    /// fixed share of the GPU's SMs.
+    fn spatial_sharing(&self) -> bool {
+        false
+    }
+
     /// The replicas this policy can use (the planner places them before the replay).
     fn replicas(&self) -> ReplicaMode {
         ReplicaMode::None
@@ -165,12 +180,14 @@ pub trait Policy: Send {
 }
 
 /// Names of the built-in policies.
-pub const BUILTIN: &[&str] = &["dedicated", "pooled", "slice"];
+pub const BUILTIN: &[&str] = &["dedicated", "timeslice", "mps", "pooled", "slice"];
 
 /// A built-in policy by name.
 pub fn builtin(name: &str) -> Option<Box<dyn Policy>> {
     match name {
         "dedicated" => Some(Box::new(Dedicated)),
+        "timeslice" => Some(Box::new(TimeSlice::default())),
+        "mps" => Some(Box::new(Mps)),
         "pooled" => Some(Box::new(Pooled)),
         "slice" => Some(Box::new(Slice::default())),
         _ => None,

@@ -23,13 +23,17 @@ impl Policy for Pooled {
     }
 
     fn route(&mut self, view: &View<'_>, instances: &[InstanceView]) -> usize {
-        // Least loaded: queued requests per KV block it has, then when its GPUs free
-        // up; the home wins ties so light load stays in the container.
-        let load = |i: &InstanceView| {
-            let reqs = (i.waiting + i.running) as f64 / i.kv_total_blocks.max(1) as f64;
-            let busy = view.group_free_at(i.group).saturating_sub(view.now_ns);
-            (reqs * 1e6) as u64 + busy / 1000
-        };
-        instances.iter().enumerate().min_by_key(|(k, i)| (load(i), *k)).map_or(0, |(k, _)| k)
+        least_loaded(view, instances)
     }
+}
+
+/// Least loaded instance: queued requests per KV block it has, then when its GPUs free
+/// up; the home wins ties so light load stays in the container.
+pub(crate) fn least_loaded(view: &View<'_>, instances: &[InstanceView]) -> usize {
+    let load = |i: &InstanceView| {
+        let reqs = (i.waiting + i.running) as f64 / i.kv_total_blocks.max(1) as f64;
+        let busy = view.group_free_at(i.group).saturating_sub(view.now_ns);
+        (reqs * 1e6) as u64 + busy / 1000
+    };
+    instances.iter().enumerate().min_by_key(|(k, i)| (load(i), *k)).map_or(0, |(k, _)| k)
 }

@@ -1,153 +1,221 @@
-//! GPUs and GPU groups at run time: who is busy, what waits for whom, idle gaps.
+//! GPUs and their run queues at run time: who is busy, what waits for whom, idle gaps.
+//!
+//! Each GPU has one execution lane (ops run one at a time, the way one process's
+//! stream runs them), or, under MPS-style spatial sharing, one lane per tenant resident
+//! on it, running concurrently. A queue holds the ops waiting for one GPU group on one
+//! lane; an op starts when its lane is idle on every GPU of its group.
 
 use crate::metrics::GapHistogram;
-use slicesched_gmg::{Deployment, GroupId, MemLedger, OpId};
+use slicesched_gmg::{Deployment, GroupId, MemLedger, OpId, TenantId};
 use slicesched_hw::Cluster;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 pub(crate) struct GpuRt {
-    pub busy: bool,
+    lane_busy: Vec<bool>,
+    busy_lanes: u32,
+    busy_since: u64,
     pub idle_since: u64,
     pub busy_ns: u64,
     pub gaps: GapHistogram,
     pub ledger: MemLedger,
-    pub queued: u32,
     pub busy_until: u64,
     pub ops: u64,
+    /// Tenant of the last op started here (context switches under time-slicing).
+    pub last_tenant: Option<TenantId>,
+    /// Tenants with a lane here (MPS), lane = position.
+    lanes_of: Vec<TenantId>,
 }
 
-/// An op waiting for its group: higher priority first, then the one placed first;
-/// its predicted duration rides along for the queued-work estimate.
+impl GpuRt {
+    pub fn busy(&self) -> bool {
+        self.busy_lanes > 0
+    }
+    /// Lanes (MPS clients) on this GPU; 1 without spatial sharing.
+    pub fn lanes(&self) -> u32 {
+        self.lane_busy.len() as u32
+    }
+}
+
+/// An op waiting: higher priority first, then the one queued first; its predicted
+/// duration rides along for the queued-work estimate.
 type Queued = (i32, Reverse<u64>, OpId, u64);
 
-pub(crate) struct GroupRt {
+pub(crate) struct QueueRt {
+    pub group: GroupId,
     pub gpus: Vec<usize>,
+    /// Lane on each GPU of `gpus`.
+    lanes: Vec<usize>,
     queue: BinaryHeap<Queued>,
     queued_ns: u64,
-    /// Groups sharing a GPU with this one, itself included, in id order.
-    pub overlapping: Vec<GroupId>,
+    /// Queues sharing a lane on some GPU with this one, itself included.
+    overlapping: Vec<usize>,
     /// Tenants whose home includes a GPU of this group: their ops go first here.
-    pub owners: Vec<slicesched_gmg::TenantId>,
+    pub owners: Vec<TenantId>,
 }
 
-pub(crate) struct Devices {
-    pub gpus: Vec<GpuRt>,
-    pub groups: Vec<GroupRt>,
-    seq: u64,
-}
-
-impl GroupRt {
-    /// Predicted ns of the ops waiting for this group.
+impl QueueRt {
+    /// Predicted ns of the ops waiting in this queue.
     pub fn queued_ns(&self) -> u64 {
         self.queued_ns
     }
 }
 
+pub(crate) struct Devices {
+    pub gpus: Vec<GpuRt>,
+    pub queues: Vec<QueueRt>,
+    /// Queue of (group, lane tenant); without spatial sharing, queue = group.
+    spatial: bool,
+    seq: u64,
+}
+
 impl Devices {
-    pub fn new(cluster: &Cluster, dep: &Deployment) -> Self {
-        let gpus = cluster
+    pub fn new(cluster: &Cluster, dep: &Deployment, spatial: bool) -> Self {
+        let mut gpus: Vec<GpuRt> = cluster
             .gpus
             .iter()
             .map(|g| GpuRt {
-                busy: false,
+                lane_busy: vec![false],
+                busy_lanes: 0,
+                busy_since: 0,
                 idle_since: 0,
                 busy_ns: 0,
                 gaps: GapHistogram::default(),
                 ledger: MemLedger::new(g.sku.memory),
-                queued: 0,
                 busy_until: 0,
                 ops: 0,
+                last_tenant: None,
+                lanes_of: Vec::new(),
             })
             .collect();
-        let groups = dep
-            .groups
-            .iter()
-            .map(|g| GroupRt {
-                gpus: g.gpus.iter().map(|x| x.0 as usize).collect(),
-                queue: BinaryHeap::new(),
-                queued_ns: 0,
-                overlapping: dep
-                    .groups
-                    .iter()
-                    .filter(|o| o.gpus.iter().any(|x| g.gpus.contains(x)))
-                    .map(|o| o.id)
-                    .collect(),
-                owners: dep
-                    .homes
-                    .iter()
-                    .filter(|h| h.is_home && dep.group(h.group).gpus.iter().any(|x| g.gpus.contains(x)))
-                    .map(|h| h.tenant)
-                    .collect(),
-            })
-            .collect();
-        Self { gpus, groups, seq: 0 }
-    }
-
-    /// Whether an op placed on `group` now would start at once: its GPUs are idle and
-    /// nothing waits on any group sharing them.
-    pub fn can_start_now(&self, group: GroupId) -> bool {
-        let g = &self.groups[group.index()];
-        self.idle(group.index()) && g.overlapping.iter().all(|o| self.groups[o.index()].queue.is_empty())
-    }
-
-    pub fn enqueue(&mut self, group: GroupId, op: OpId, priority: i32, dur: u64) {
-        self.seq += 1;
-        let g = &mut self.groups[group.index()];
-        g.queue.push((priority, Reverse(self.seq), op, dur));
-        g.queued_ns += dur;
-        for &x in &g.gpus {
-            self.gpus[x].queued += 1;
+        let owners = |g: &slicesched_gmg::Group| -> Vec<TenantId> {
+            dep.homes.iter().filter(|h| h.is_home && dep.group(h.group).gpus.iter().any(|x| g.gpus.contains(x))).map(|h| h.tenant).collect()
+        };
+        let mut queues = Vec::new();
+        if spatial {
+            for h in &dep.homes {
+                for x in &dep.group(h.group).gpus {
+                    let gpu = &mut gpus[x.0 as usize];
+                    if !gpu.lanes_of.contains(&h.tenant) {
+                        gpu.lanes_of.push(h.tenant);
+                    }
+                }
+            }
+            for g in gpus.iter_mut() {
+                g.lane_busy = vec![false; g.lanes_of.len().max(1)];
+            }
+            // One queue per (group, tenant with weights on it), in deployment order.
+            for g in &dep.groups {
+                let mut tenants: Vec<TenantId> = dep.homes.iter().filter(|h| h.group == g.id).map(|h| h.tenant).collect();
+                tenants.dedup();
+                for t in tenants {
+                    let gi: Vec<usize> = g.gpus.iter().map(|x| x.0 as usize).collect();
+                    let lanes = gi.iter().map(|&x| gpus[x].lanes_of.iter().position(|&o| o == t).expect("lane")).collect();
+                    queues.push(QueueRt { group: g.id, gpus: gi, lanes, queue: BinaryHeap::new(), queued_ns: 0, overlapping: Vec::new(), owners: owners(g) });
+                }
+            }
+        } else {
+            for g in &dep.groups {
+                let gi: Vec<usize> = g.gpus.iter().map(|x| x.0 as usize).collect();
+                let lanes = vec![0; gi.len()];
+                queues.push(QueueRt { group: g.id, gpus: gi, lanes, queue: BinaryHeap::new(), queued_ns: 0, overlapping: Vec::new(), owners: owners(g) });
+            }
         }
+        for i in 0..queues.len() {
+            let overlapping = (0..queues.len())
+                .filter(|&j| {
+                    queues[i].gpus.iter().zip(&queues[i].lanes).any(|(g, l)| queues[j].gpus.iter().zip(&queues[j].lanes).any(|(h, m)| g == h && l == m))
+                })
+                .collect();
+            queues[i].overlapping = overlapping;
+        }
+        Self { gpus, queues, spatial, seq: 0 }
     }
 
-    fn idle(&self, group: usize) -> bool {
-        self.groups[group].gpus.iter().all(|&x| !self.gpus[x].busy)
+    /// The queue that runs `tenant`'s ops placed on `group`.
+    pub fn queue_of(&self, group: GroupId, tenant: TenantId) -> usize {
+        if !self.spatial {
+            return group.index();
+        }
+        let x = self.queues.iter().position(|q| q.group == group && self.gpus[q.gpus[0]].lanes_of[q.lanes[0]] == tenant);
+        // Ops of a tenant without weights on the group are refused before they get here.
+        x.unwrap_or_else(|| self.queues.iter().position(|q| q.group == group).expect("group has a queue"))
     }
 
-    /// Pops the op that should start next on a group overlapping `around`, if any
-    /// such group is entirely idle and has work.
-    pub fn next_startable(&mut self, around: GroupId) -> Option<(GroupId, OpId, u64)> {
-        let mut best: Option<(Queued, GroupId)> = None;
-        for &g in &self.groups[around.index()].overlapping {
-            let Some(&head) = self.groups[g.index()].queue.peek() else { continue };
-            if !self.idle(g.index()) {
+    fn idle(&self, q: usize) -> bool {
+        let q = &self.queues[q];
+        q.gpus.iter().zip(&q.lanes).all(|(&g, &l)| !self.gpus[g].lane_busy[l])
+    }
+
+    /// Whether an op queued on `q` now would start at once.
+    pub fn can_start_now(&self, q: usize) -> bool {
+        self.idle(q) && self.queues[q].overlapping.iter().all(|&o| self.queues[o].queue.is_empty())
+    }
+
+    pub fn enqueue(&mut self, q: usize, op: OpId, priority: i32, dur: u64) {
+        self.seq += 1;
+        let qr = &mut self.queues[q];
+        qr.queue.push((priority, Reverse(self.seq), op, dur));
+        qr.queued_ns += dur;
+    }
+
+    /// Pops the op that should start next on a queue overlapping `around`, if any such
+    /// queue's lanes are idle and it has work.
+    pub fn next_startable(&mut self, around: usize) -> Option<(usize, OpId, u64)> {
+        let mut best: Option<(Queued, usize)> = None;
+        for &q in &self.queues[around].overlapping {
+            let Some(&head) = self.queues[q].queue.peek() else { continue };
+            if !self.idle(q) {
                 continue;
             }
             if best.is_none_or(|(b, _)| head > b) {
-                best = Some((head, g));
+                best = Some((head, q));
             }
         }
-        let (_, g) = best?;
-        let (_, _, op, dur) = self.groups[g.index()].queue.pop().expect("peeked");
-        self.groups[g.index()].queued_ns -= dur;
-        for &x in &self.groups[g.index()].gpus {
-            self.gpus[x].queued -= 1;
-        }
-        Some((g, op, dur))
+        let (_, q) = best?;
+        let (_, _, op, dur) = self.queues[q].queue.pop().expect("peeked");
+        self.queues[q].queued_ns -= dur;
+        Some((q, op, dur))
     }
 
-    /// Marks the group's GPUs busy from `now` until `end`, closing their idle gaps.
-    pub fn occupy(&mut self, group: GroupId, now: u64, end: u64) {
-        for i in 0..self.groups[group.index()].gpus.len() {
-            let x = self.groups[group.index()].gpus[i];
+    /// Other lanes busy on the queue's GPUs (the most on any one of them).
+    pub fn others_busy(&self, q: usize) -> u32 {
+        let qr = &self.queues[q];
+        qr.gpus.iter().zip(&qr.lanes).map(|(&g, &l)| self.gpus[g].busy_lanes - self.gpus[g].lane_busy[l] as u32).max().unwrap_or(0)
+    }
+
+    /// Marks the queue's lanes busy from `now` until `end`, closing idle gaps.
+    pub fn occupy(&mut self, q: usize, now: u64, end: u64, tenant: TenantId) {
+        for i in 0..self.queues[q].gpus.len() {
+            let (x, l) = (self.queues[q].gpus[i], self.queues[q].lanes[i]);
             let gpu = &mut self.gpus[x];
-            debug_assert!(!gpu.busy);
-            gpu.busy = true;
-            gpu.busy_until = end;
+            debug_assert!(!gpu.lane_busy[l]);
+            gpu.lane_busy[l] = true;
+            if gpu.busy_lanes == 0 {
+                gpu.gaps.record(now - gpu.idle_since);
+                gpu.busy_since = now;
+            }
+            gpu.busy_lanes += 1;
+            gpu.busy_until = gpu.busy_until.max(end);
             gpu.ops += 1;
-            gpu.gaps.record(now - gpu.idle_since);
+            gpu.last_tenant = Some(tenant);
         }
     }
 
-    /// Marks the group's GPUs idle at `now` after work that started at `start`.
-    pub fn release(&mut self, group: GroupId, start: u64, now: u64) {
-        for i in 0..self.groups[group.index()].gpus.len() {
-            let x = self.groups[group.index()].gpus[i];
+    /// Marks the queue's lanes idle at `now`; pushes the busy spans that closed (a GPU
+    /// whose last busy lane this was) as (gpu, since).
+    pub fn release(&mut self, q: usize, now: u64, closed: &mut Vec<(usize, u64)>) {
+        for i in 0..self.queues[q].gpus.len() {
+            let (x, l) = (self.queues[q].gpus[i], self.queues[q].lanes[i]);
             let gpu = &mut self.gpus[x];
-            gpu.busy = false;
-            gpu.busy_ns += now - start;
-            gpu.idle_since = now;
+            gpu.lane_busy[l] = false;
+            gpu.busy_lanes -= 1;
+            if gpu.busy_lanes == 0 {
+                gpu.busy_ns += now - gpu.busy_since;
+                gpu.idle_since = now;
+                closed.push((x, gpu.busy_since));
+            }
         }
     }
 }
+

@@ -55,14 +55,14 @@ impl Sim<'_> {
     pub(crate) fn build_views(&mut self) {
         let now = self.now;
         for (i, g) in self.dev.gpus.iter().enumerate() {
-            self.busy_until[i] = if g.busy { g.busy_until } else { now };
+            self.busy_until[i] = if g.busy() { g.busy_until } else { now };
             self.queued_ns[i] = 0;
             self.owner_need[i] = u64::MAX;
         }
-        for grp in &self.dev.groups {
-            let q = grp.queued_ns();
-            for &x in &grp.gpus {
-                self.queued_ns[x] += q;
+        for q in &self.dev.queues {
+            let ns = q.queued_ns();
+            for &x in &q.gpus {
+                self.queued_ns[x] += ns;
             }
         }
         self.inst_views.clear();
@@ -265,7 +265,7 @@ impl Sim<'_> {
     fn commit(&mut self, r: &ReadyOp, group: GroupId, priority: i32) {
         self.gmg.place(r.op, group);
         self.stats.placed += 1;
-        let owner = self.dev.groups[group.index()].owners.contains(&r.tenant);
+        let owner = self.dev.queues[self.dev.queue_of(group, r.tenant)].owners.contains(&r.tenant);
         let prio = priority.clamp(-OWNER_BOOST + 1, OWNER_BOOST - 1) + if owner { OWNER_BOOST } else { 0 };
         let (ns, bytes) = self.transfer(r.op, group);
         if group != r.home {
@@ -294,22 +294,52 @@ impl Sim<'_> {
 
     pub(crate) fn enqueue(&mut self, op: OpId, group: GroupId, prio: i32) {
         let dur = self.duration(op, group);
+        let q = self.dev.queue_of(group, self.gmg.op(op).tenant);
         // The common case on a container's own GPUs: nothing to order, start now.
-        if self.dev.can_start_now(group) {
-            self.start_op(group, op, dur);
+        if self.dev.can_start_now(q) {
+            self.start_op(q, op, dur);
             return;
         }
-        self.dev.enqueue(group, op, prio, dur);
-        self.try_start(group);
+        self.dev.enqueue(q, op, prio, dur);
+        self.try_start(q);
     }
 
-    pub(crate) fn try_start(&mut self, around: GroupId) {
-        while let Some((group, op, dur)) = self.dev.next_startable(around) {
-            self.start_op(group, op, dur);
+    pub(crate) fn try_start(&mut self, around: usize) {
+        while let Some((q, op, dur)) = self.dev.next_startable(around) {
+            self.start_op(q, op, dur);
         }
     }
 
-    fn start_op(&mut self, group: GroupId, op: OpId, dur: u64) {
+    /// The op's duration as its GPU runs it now: a context switch first if another
+    /// tenant ran last and the policy's processes pay for it; under spatial sharing,
+    /// slowed by its lane's share of the SMs and by concurrent lanes on the bandwidth.
+    fn effective_duration(&self, q: usize, op: OpId, dur: u64) -> u64 {
+        let tenant = self.gmg.op(op).tenant;
+        let switch = self.policy.context_switch_ns();
+        let mut d = dur;
+        if switch > 0 && self.dev.queues[q].gpus.iter().any(|&g| self.dev.gpus[g].last_tenant.is_some_and(|t| t != tenant)) {
+            d += switch;
+        }
+        let lanes = self.dev.queues[q].gpus.iter().map(|&g| self.dev.gpus[g].lanes()).max().unwrap_or(1);
+        if lanes > 1 {
+            let node = self.gmg.op(op);
+            let it = self.iter_of(op);
+            let spec = it.dag.op(node.index).spec;
+            let sku = &self.group_ctx[self.dev.queues[q].group.index()].sku;
+            let (tc, tm) = (spec.flops as f64 / sku.peak_flops, spec.bytes as f64 / sku.hbm_bw);
+            let compute = if tc + tm > 0.0 { tc / (tc + tm) } else { 0.0 };
+            let share = 1.0 / lanes as f64;
+            // A kernel on a fraction s of the SMs computes s as fast; half the SMs
+            // already saturate HBM; busy neighbours split the bandwidth.
+            let others = self.dev.others_busy(q) as f64;
+            let slow = compute / share + (1.0 - compute) * (1.0 / (2.0 * share).min(1.0)) * (1.0 + others / lanes as f64);
+            d = (d as f64 * slow) as u64;
+        }
+        d
+    }
+
+    fn start_op(&mut self, q: usize, op: OpId, dur: u64) {
+        let dur = self.effective_duration(q, op, dur);
         if self.opts.check_dependencies {
             let late = self.gmg.inputs(op).any(|p| {
                 let n = self.gmg.op(p);
@@ -321,11 +351,12 @@ impl Sim<'_> {
         let out_bytes = self.gmg.op(op).out_bytes + copies;
         self.gmg.start(op, self.now);
         let end = self.now + dur;
-        for i in 0..self.dev.groups[group.index()].gpus.len() {
-            let x = self.dev.groups[group.index()].gpus[i];
+        for i in 0..self.dev.queues[q].gpus.len() {
+            let x = self.dev.queues[q].gpus[i];
             self.dev.gpus[x].ledger.alloc(MemoryKind::Activations, out_bytes, self.now);
         }
-        self.dev.occupy(group, self.now, end);
+        let tenant = self.gmg.op(op).tenant;
+        self.dev.occupy(q, self.now, end, tenant);
         self.push(end, Ev::OpDone(op));
         self.op_events += 1;
     }
@@ -348,8 +379,8 @@ impl Sim<'_> {
     pub(crate) fn free_output(&mut self, p: OpId, bytes: u64) {
         let pg = self.gmg.op(p).group.expect("placed");
         let home = self.insts[self.iter_of(p).inst as usize].group;
-        for j in 0..self.dev.groups[pg.index()].gpus.len() {
-            let x = self.dev.groups[pg.index()].gpus[j];
+        for j in 0..self.scn.deployment.group(pg).gpus.len() {
+            let x = self.scn.deployment.group(pg).gpus[j].0 as usize;
             self.dev.gpus[x].ledger.release(MemoryKind::Activations, bytes);
             if pg != home {
                 self.stats.guest_bytes[x] -= bytes;

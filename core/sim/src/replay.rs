@@ -114,6 +114,7 @@ pub(crate) struct Sim<'a> {
     // Scratch buffers reused on the hot path.
     pub ready: Vec<OpId>,
     pub freed: Vec<(OpId, u64)>,
+    pub closed: Vec<(usize, u64)>,
     pub ready_view: Vec<ReadyOp>,
     pub placements: Vec<Placement>,
     pub seq_events: Vec<SeqEvent>,
@@ -133,7 +134,7 @@ pub fn replay(
     opts: ReplayOptions,
     progress: &mut dyn FnMut(&Progress),
 ) -> ReplayResult {
-    let dev = Devices::new(&scn.cluster, &scn.deployment);
+    let dev = Devices::new(&scn.cluster, &scn.deployment, policy.spatial_sharing());
     let group_ctx = scn
         .deployment
         .groups
@@ -205,6 +206,7 @@ pub fn replay(
         stats: crate::place::PlaceStats::new(n_gpus),
         ready: Vec::new(),
         freed: Vec::new(),
+        closed: Vec::new(),
         ready_view: Vec::new(),
         placements: Vec::new(),
         seq_events: Vec::new(),
@@ -392,15 +394,17 @@ impl Sim<'_> {
 
     fn op_done(&mut self, op: OpId) {
         let node = self.gmg.op(op);
-        let (start, iter) = (node.start_ns, node.iter);
+        let (start, iter, tenant) = (node.start_ns, node.iter, node.tenant);
         let group = node.group.expect("a running op has a group");
-        self.dev.release(group, start, self.now);
-        let guest = self.release_guest(op, group);
-        for i in 0..self.dev.groups[group.index()].gpus.len() {
-            let x = self.dev.groups[group.index()].gpus[i];
-            self.series.add_busy(x, start, self.now);
-            if guest {
-                self.stats.guest_busy_ns[x] += self.now - start;
+        let q = self.dev.queue_of(group, tenant);
+        self.closed.clear();
+        self.dev.release(q, self.now, &mut self.closed);
+        for &(x, since) in &self.closed {
+            self.series.add_busy(x, since, self.now);
+        }
+        if self.release_guest(op, group) {
+            for g in &self.scn.deployment.group(group).gpus {
+                self.stats.guest_busy_ns[g.0 as usize] += self.now - start;
             }
         }
         self.ready.clear();
@@ -416,7 +420,7 @@ impl Sim<'_> {
         if done {
             self.complete_iteration(iter);
         }
-        self.try_start(group);
+        self.try_start(q);
     }
 
     fn complete_iteration(&mut self, iter: IterId) {
@@ -450,7 +454,7 @@ impl Sim<'_> {
     fn finish(mut self) -> ReplayResult {
         let end = self.now.max(1);
         for g in &mut self.dev.gpus {
-            if !g.busy {
+            if !g.busy() {
                 g.gaps.record(end - g.idle_since);
             }
         }
