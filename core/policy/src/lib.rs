@@ -45,6 +45,10 @@ pub struct ReadyOp {
     pub out_bytes: u64,
     /// Instance (engine) the op's iteration belongs to.
     pub instance: u32,
+    /// The iteration's prompt tokens and decoding requests: a decode step is what
+    /// TPOT waits on, a long prefill what TTFT waits on.
+    pub prefill_tokens: u32,
+    pub decodes: u32,
 }
 
 /// A policy's answer for one op. Among ops waiting for the same GPUs, the owner's ops
@@ -97,7 +101,10 @@ pub struct View<'a> {
     /// when the owner has no work in sight.
     pub gpu_owner_need_ns: &'a [u64],
     pub tenants: &'a [TenantView],
+    /// Engine instances; filled only when the core asks `admit` or `route`.
     pub instances: &'a [InstanceView],
+    /// Links between groups, row-major `groups × groups` (first GPU to first GPU).
+    pub group_links: &'a [slicesched_hw::Link],
 }
 
 impl View<'_> {
@@ -117,8 +124,8 @@ impl View<'_> {
         if from == to {
             return 0;
         }
-        let (a, b) = (self.deployment.group(from).gpus[0], self.deployment.group(to).gpus[0]);
-        self.cluster.link(a, b).transfer_ns(bytes)
+        let n = self.deployment.groups.len();
+        self.group_links[from.index() * n + to.index()].transfer_ns(bytes)
     }
 }
 

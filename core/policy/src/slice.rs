@@ -33,8 +33,10 @@ impl Policy for Slice {
     fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
         for r in ready {
             let t = &view.tenants[r.tenant.index()];
-            // Less slack, higher priority (ms resolution, clamped).
-            let priority = (-(t.slack_ns / 1_000_000)).clamp(-1_000_000, 1_000_000) as i32;
+            // Less slack, higher priority (ms resolution, clamped); decode-only steps,
+            // short and what TPOT waits on, go before prefill chunks.
+            let slack = (-(t.slack_ns / 1_000_000)).clamp(-1_000_000, 1_000_000) as i32;
+            let priority = slack + if r.prefill_tokens == 0 { 2_000_000 } else { 0 };
             let mut best = (self.finish(view, r, r.home), r.home);
             if r.kind != OpKind::Attention {
                 for h in view.deployment.replicas(r.tenant) {

@@ -19,6 +19,7 @@ macro_rules! view {
             gpu_owner_need_ns: &$s.owner_need,
             tenants: &$s.tenant_views,
             instances: &$s.inst_views,
+            group_links: &$s.group_links,
         }
     };
 }
@@ -26,6 +27,19 @@ pub(crate) use view;
 
 /// Owners' ops go first at every op boundary, whatever priority a policy gives.
 const OWNER_BOOST: i32 = 1 << 24;
+
+/// A reusable what-if answer buffer, lent out from `&self` checks.
+#[derive(Default)]
+pub(crate) struct Scratch(std::cell::Cell<Option<slicesched_whatif::WhatIf>>);
+
+impl Scratch {
+    fn take(&self) -> slicesched_whatif::WhatIf {
+        self.0.take().unwrap_or_default()
+    }
+    fn put(&self, w: slicesched_whatif::WhatIf) {
+        self.0.set(Some(w));
+    }
+}
 
 /// Counters of placement decisions.
 #[derive(Debug, Clone, Default)]
@@ -65,20 +79,7 @@ impl Sim<'_> {
                 self.queued_ns[x] += ns;
             }
         }
-        self.inst_views.clear();
-        for (i, rt) in self.insts.iter().enumerate() {
-            let (w, r) = rt.engine.queue_lengths();
-            self.inst_views.push(InstanceView {
-                index: i as u32,
-                tenant: rt.tenant,
-                group: rt.group,
-                is_home: rt.is_home,
-                waiting: w as u32,
-                running: r as u32,
-                inflight: rt.inflight,
-                kv_free_blocks: rt.engine.kv_blocks_free(),
-                kv_total_blocks: rt.engine.kv_blocks_total(),
-            });
+        for rt in &self.insts {
             if rt.is_home {
                 // The owner needs its GPUs now when it has work executing or schedulable,
                 // else at its next launch.
@@ -114,6 +115,25 @@ impl Sim<'_> {
     }
 
 
+    /// Refreshes the per-instance figures (for `admit` and `route`).
+    pub(crate) fn build_instance_views(&mut self) {
+        self.inst_views.clear();
+        for (i, rt) in self.insts.iter().enumerate() {
+            let (w, r) = rt.engine.queue_lengths();
+            self.inst_views.push(InstanceView {
+                index: i as u32,
+                tenant: rt.tenant,
+                group: rt.group,
+                is_home: rt.is_home,
+                waiting: w as u32,
+                running: r as u32,
+                inflight: rt.inflight,
+                kv_free_blocks: rt.engine.kv_blocks_free(),
+                kv_total_blocks: rt.engine.kv_blocks_total(),
+            });
+        }
+    }
+
     /// Asks the policy, validates its answer, and queues every ready op somewhere safe.
     pub(crate) fn place(&mut self, ready: &[OpId]) {
         if ready.is_empty() {
@@ -131,6 +151,8 @@ impl Sim<'_> {
                 }
             }
             let it = self.iter_of(op);
+            let b = self.insts[it.inst as usize].engine.batch(it.batch);
+            let (prefill_tokens, decodes) = (b.prefills.iter().map(|p| p.chunk).sum(), b.decodes.len() as u32);
             self.ready_view.push(ReadyOp {
                 op,
                 tenant: n.tenant,
@@ -143,6 +165,8 @@ impl Sim<'_> {
                 input_bytes,
                 out_bytes: n.out_bytes,
                 instance: it.inst,
+                prefill_tokens,
+                decodes,
             });
         }
         if self.policy.reads_view() {
@@ -242,7 +266,43 @@ impl Sim<'_> {
                 }
             }
         }
-        None
+        self.what_if_check(r, group, dur, xfer_ns, need)
+    }
+
+    /// Asks the committed timeline what the borrow does: it must fit in memory and
+    /// must not push any committed op of the GPU's owners back past their guard.
+    fn what_if_check(&self, r: &ReadyOp, group: GroupId, dur: u64, xfer_ns: u64, mem: u64) -> Option<&'static str> {
+        let tl = self.timeline.as_ref()?;
+        let cand = self.candidate(r.op, r.tenant, group, dur, OWNER_BOOST - 1, self.now + xfer_ns, mem, u64::MAX);
+        let mut out = self.whatif_scratch.take();
+        let verdict = match tl.what_if(std::slice::from_ref(&cand), &mut out) {
+            Err(_) => Some("what-if refused the candidate"),
+            Ok(()) if !out.candidates.first().is_some_and(|c| c.fits) => Some("what-if: predicted peak memory over capacity"),
+            Ok(()) => {
+                let owners = &self.dev.queues[self.dev.queue_of(group, r.tenant)].owners;
+                out.tenant_delays.iter().find_map(|&(t, delay)| {
+                    let t = TenantId(t);
+                    let guard = self.scn.tenants[t.index()].sla.tpot_target_ns() / 10;
+                    (t != r.tenant && owners.contains(&t) && delay > guard).then_some("what-if: delays the GPU's owner past its guard")
+                })
+            }
+        };
+        self.whatif_scratch.put(out);
+        verdict
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn candidate(&self, op: OpId, tenant: TenantId, group: GroupId, dur: u64, prio: i32, ready: u64, mem: u64, key: u64) -> slicesched_whatif::Candidate {
+        slicesched_whatif::Candidate {
+            key: slicesched_whatif::OpKey(key),
+            gpus: self.scn.deployment.group(group).gpus.iter().map(|g| g.0).collect(),
+            duration_ns: dur,
+            priority: prio,
+            tenant: tenant.0,
+            ready_ns: ready.max(self.gmg.op(op).ready_ns),
+            deps: Default::default(),
+            mem_bytes: mem,
+        }
     }
 
     pub(crate) fn reject(&mut self, reason: &str) {
@@ -284,6 +344,20 @@ impl Sim<'_> {
         if bytes > 0 {
             self.stats.transfers += 1;
             self.stats.transfer_bytes += bytes;
+        }
+        if self.timeline.is_some() {
+            let key = self.next_key;
+            self.next_key += 1;
+            let slot = r.op.raw() as usize;
+            if self.op_keys.len() <= slot {
+                self.op_keys.resize(slot + 1, 0);
+            }
+            self.op_keys[slot] = key;
+            let dur = self.duration(r.op, group);
+            let cand = self.candidate(r.op, r.tenant, group, dur, prio, self.now + ns, r.out_bytes + bytes, key);
+            let tl = self.timeline.as_mut().expect("checked");
+            tl.advance(self.now);
+            tl.commit(cand).expect("keys are unique and groups exist");
         }
         if ns == 0 {
             self.enqueue(r.op, group, prio);
@@ -357,6 +431,9 @@ impl Sim<'_> {
         }
         let tenant = self.gmg.op(op).tenant;
         self.dev.occupy(q, self.now, end, tenant);
+        if let Some(tl) = self.timeline.as_mut() {
+            tl.started(slicesched_whatif::OpKey(self.op_keys[op.raw() as usize]), self.now).expect("committed op");
+        }
         self.push(end, Ev::OpDone(op));
         self.op_events += 1;
     }

@@ -25,11 +25,20 @@ pub struct PlannerSpec {
     /// Activation memory kept for borrowed ops on a GPU hosting weight replicas, in
     /// units of the largest guest's activation reserve.
     pub guest_reserve_factor: f64,
+    /// KV-cache tokens every home tenant keeps whatever replicas want (so a tenant
+    /// with a large KV footprint is not starved to make room for others' weights).
+    pub keep_kv_tokens: u64,
 }
 
 impl Default for PlannerSpec {
     fn default() -> Self {
-        Self { replica_memory_fraction: 0.5, max_replicas_per_tenant: 3, layer_ranges: true, guest_reserve_factor: 2.0 }
+        Self {
+            replica_memory_fraction: 0.5,
+            max_replicas_per_tenant: 3,
+            layer_ranges: true,
+            guest_reserve_factor: 4.0,
+            keep_kv_tokens: 100_000,
+        }
     }
 }
 
@@ -57,8 +66,15 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
     // replicas may take.
     let mut budget: Vec<u64> = (0..n)
         .map(|g| {
-            let free = scn.kv_bytes_on(GpuId(g as u32));
-            (free as f64 * spec.replica_memory_fraction) as u64
+            let gpu = GpuId(g as u32);
+            let free = scn.kv_bytes_on(gpu);
+            let keep: u64 = scn
+                .tenants
+                .iter()
+                .filter(|t| t.gpus.contains(&gpu))
+                .map(|t| spec.keep_kv_tokens * t.model.kv_bytes_per_token(t.gpus.len() as u32))
+                .sum();
+            ((free as f64 * spec.replica_memory_fraction) as u64).min(free.saturating_sub(keep))
         })
         .collect();
     let mut guest_max_act = vec![0u64; n];

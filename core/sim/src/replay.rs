@@ -111,6 +111,13 @@ pub(crate) struct Sim<'a> {
     pub dep_violations: u64,
     pub rejected: Vec<(String, u64)>,
     pub stats: crate::place::PlaceStats,
+    /// The committed timeline the core checks borrowed placements against (kept only
+    /// for policies that look at the cluster: container-level ones never borrow).
+    pub timeline: Option<slicesched_whatif::Timeline>,
+    pub whatif_scratch: crate::place::Scratch,
+    /// Per op slot, its key in the timeline.
+    pub op_keys: Vec<u64>,
+    pub next_key: u64,
     // Scratch buffers reused on the hot path.
     pub ready: Vec<OpId>,
     pub freed: Vec<(OpId, u64)>,
@@ -122,6 +129,7 @@ pub(crate) struct Sim<'a> {
     pub queued_ns: Vec<u64>,
     pub owner_need: Vec<u64>,
     pub tenant_views: Vec<TenantView>,
+    pub group_links: Vec<slicesched_hw::Link>,
     pub inst_views: Vec<InstanceView>,
 }
 
@@ -204,6 +212,10 @@ pub fn replay(
         dep_violations: 0,
         rejected: Vec::new(),
         stats: crate::place::PlaceStats::new(n_gpus),
+        timeline: None,
+        whatif_scratch: Default::default(),
+        op_keys: Vec::new(),
+        next_key: 0,
         ready: Vec::new(),
         freed: Vec::new(),
         closed: Vec::new(),
@@ -214,9 +226,16 @@ pub fn replay(
         queued_ns: vec![0; n_gpus],
         owner_need: vec![0; n_gpus],
         tenant_views: Vec::new(),
+        group_links: {
+            let gs = &scn.deployment.groups;
+            gs.iter().flat_map(|a| gs.iter().map(|b| scn.cluster.link(a.gpus[0], b.gpus[0]))).collect()
+        },
         inst_views: Vec::new(),
     };
     sim.load_memory();
+    if sim.policy.reads_view() {
+        sim.timeline = Some(sim.new_timeline());
+    }
     sim.run(progress);
     sim.finish()
 }
@@ -232,6 +251,22 @@ impl Sim<'_> {
                 l.alloc(MemoryKind::KvPool, kv, 0);
             }
         }
+    }
+
+    /// A timeline whose baseline per GPU is what serving has reserved (weights, KV
+    /// pools, the residents' activation reserves) and whose capacity is what serving
+    /// may use.
+    fn new_timeline(&self) -> slicesched_whatif::Timeline {
+        let n = self.scn.cluster.len();
+        let mut baseline: Vec<u64> = self.dev.gpus.iter().map(|g| g.ledger.weights + g.ledger.kv_pool).collect();
+        for h in self.scn.deployment.homes.iter().filter(|h| h.is_home || h.kv_blocks > 0) {
+            for g in &self.scn.deployment.group(h.group).gpus {
+                baseline[g.0 as usize] += self.scn.tenants[h.tenant.index()].activation_reserve;
+            }
+        }
+        let capacity =
+            self.scn.cluster.gpus.iter().map(|g| g.sku.memory - self.scn.unusable_bytes(g.sku.memory).min(g.sku.memory)).collect();
+        slicesched_whatif::Timeline::new(n, baseline, capacity).expect("one entry per GPU")
     }
 
     fn horizon(&self) -> u64 {
@@ -303,6 +338,7 @@ impl Sim<'_> {
             self.tenant_insts[*t as usize][0] as usize
         } else {
             self.build_views();
+            self.build_instance_views();
             let insts = &self.tenant_insts[*t as usize];
             let views: Vec<InstanceView> = insts.iter().map(|&i| self.inst_views[i as usize]).collect();
             let view = crate::place::view!(self);
@@ -330,6 +366,7 @@ impl Sim<'_> {
             }
             if rt.inflight > 0 {
                 self.build_views();
+                self.build_instance_views();
                 let iv = self.inst_views[inst];
                 let view = crate::place::view!(self);
                 if !self.policy.admit(&view, &iv) {
@@ -406,6 +443,9 @@ impl Sim<'_> {
             for g in &self.scn.deployment.group(group).gpus {
                 self.stats.guest_busy_ns[g.0 as usize] += self.now - start;
             }
+        }
+        if let Some(tl) = self.timeline.as_mut() {
+            tl.finished(slicesched_whatif::OpKey(self.op_keys[op.raw() as usize]), self.now).expect("started op");
         }
         self.ready.clear();
         self.freed.clear();
