@@ -76,7 +76,7 @@ impl Points {
     /// (highest passing scale below the lowest violating one, lowest violating scale).
     fn bracket(&self, target: f64) -> (Option<f64>, Option<f64>) {
         let hi = self.pts.iter().find(|p| p.1 > target).map(|p| p.0);
-        let lo = self.pts.iter().filter(|p| p.1 <= target && hi.is_none_or(|h| p.0 < h)).map(|p| p.0).last();
+        let lo = self.pts.iter().filter(|p| p.1 <= target && hi.is_none_or(|h| p.0 < h)).map(|p| p.0).next_back();
         (lo, hi)
     }
 }
@@ -186,7 +186,7 @@ mod tests {
         let opts = SearchOpts { precision: 0.01, ..SearchOpts::default() };
         let (o, _) = run(|s| if s > 3.3 { 0.5 } else { 0.0 }, 0.1, &opts);
         let Outcome::Found(s) = o else { panic!("{o:?}") };
-        assert!(s <= 3.3 && s >= 3.3 / 1.01, "{s}");
+        assert!((3.3 / 1.01..=3.3).contains(&s), "{s}");
     }
 
     #[test]

@@ -73,8 +73,11 @@ impl PolicyPoints {
 
 pub fn run(a: Args) -> Result<()> {
     let started = Instant::now();
-    let policies: Vec<String> =
-        if a.policies.is_empty() { slicesched_policy::BUILTIN.iter().map(|s| s.to_string()).collect() } else { a.policies.clone() };
+    let policies: Vec<String> = if a.policies.is_empty() {
+        slicesched_policy::BUILTIN.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.policies.clone()
+    };
     for p in &policies {
         if slicesched_policy::builtin(p).is_none() {
             bail!("unknown policy `{p}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
@@ -88,11 +91,18 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.min_scale > 0.0 && a.min_scale < a.max_scale, "need 0 < --min-scale < --max-scale");
     let opts = SearchOpts { precision: a.precision, min_scale: a.min_scale, max_scale: a.max_scale };
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let scenario = Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
+    let scenario =
+        Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
 
-    let mp = MultiProgress::with_draw_target(if a.quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() });
+    let mp = MultiProgress::with_draw_target(if a.quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    });
     let total = mp.add(ProgressBar::new(0));
-    total.set_style(ProgressStyle::with_template("[{elapsed_precise}] {pos}/{len} replays {msg}").expect("static template"));
+    total.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {pos}/{len} replays {msg}").expect("static template"),
+    );
 
     let mut per_policy: Vec<PolicyPoints> = policies.iter().map(|_| PolicyPoints::default()).collect();
     let mut outcomes: Vec<Option<Outcome>> = vec![None; policies.len() * a.violation_targets.len()];
@@ -224,7 +234,13 @@ fn measure(
         .collect()
 }
 
-fn replay_point(scenario: &Scenario, policy: &str, scale: f64, cost: &CostModel, bar: &ProgressBar) -> Result<Measured> {
+fn replay_point(
+    scenario: &Scenario,
+    policy: &str,
+    scale: f64,
+    cost: &CostModel,
+    bar: &ProgressBar,
+) -> Result<Measured> {
     let Some(mut pol) = slicesched_policy::builtin(policy) else {
         bail!("unknown policy `{policy}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
     };

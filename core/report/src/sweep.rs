@@ -108,12 +108,12 @@ pub fn write_sweep_plot(
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d((x_min..x_max).log_scale(), 0f64..y_max)
+        .build_cartesian_2d((x_min..x_max).log_scale().base(2.0), 0f64..y_max)
         .map_err(&e)?;
     c.configure_mesh()
         .x_desc("arrival-rate scale (× the trace's rate, log)")
         .y_desc("requests violating their SLA (%)")
-        .x_label_formatter(&|x| format!("{x:.3}").trim_end_matches('0').trim_end_matches('.').to_string())
+        .x_label_formatter(&|x| format!("{x:.4}").trim_end_matches('0').trim_end_matches('.').to_string())
         .draw()
         .map_err(&e)?;
     for (i, policy) in policies.iter().enumerate() {
@@ -190,7 +190,9 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
         assert_eq!(v["results"][0]["rate_scale"], 0.5);
         let svg = std::fs::read_to_string(&files[1]).unwrap();
-        assert!(svg.starts_with("<svg") && svg.contains("dedicated") && svg.contains("slice") && svg.contains("target 9%"));
+        assert!(
+            svg.starts_with("<svg") && svg.contains("dedicated") && svg.contains("slice") && svg.contains("target 9%")
+        );
     }
 
     #[test]
