@@ -98,7 +98,10 @@ pub fn next_step(points: &Points, target: f64, opts: &SearchOpts, width: usize) 
     };
     let (lo, hi) = points.bracket(target);
     let want = match (lo, hi) {
-        (None, None) => vec![clamp(1.0)],
+        // Nothing known yet: scale 1 first; spare width guesses both directions around it.
+        (None, None) => {
+            (0..width as i32).map(|k| clamp(2f64.powi(if k % 2 == 1 { -(k + 1) / 2 } else { k / 2 }))).collect()
+        }
         (None, Some(h)) if same(h, opts.min_scale) || h <= opts.min_scale => return Step::Done(Outcome::ViolatesAtMin),
         (None, Some(h)) => (1..=width as i32).map(|k| clamp(h / 2f64.powi(k))).collect(),
         (Some(l), None) if same(l, opts.max_scale) || l >= opts.max_scale => return Step::Done(Outcome::CappedAtMax),
@@ -248,7 +251,8 @@ mod tests {
     fn wider_steps_split_the_bracket_and_stride_further() {
         let opts = SearchOpts::default();
         let mut pts = Points::default();
-        assert_eq!(next_step(&pts, 0.1, &opts, 3), Step::Measure(vec![1.0]));
+        assert_eq!(next_step(&pts, 0.1, &opts, 1), Step::Measure(vec![1.0]));
+        assert_eq!(next_step(&pts, 0.1, &opts, 3), Step::Measure(vec![1.0, 0.5, 2.0]));
         pts.insert(1.0, 0.5);
         assert_eq!(next_step(&pts, 0.1, &opts, 3), Step::Measure(vec![0.5, 0.25, 0.125]));
         pts.insert(0.5, 0.0);

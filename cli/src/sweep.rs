@@ -11,7 +11,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use slicesched_cost::CostModel;
 use slicesched_report::{SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
 use slicesched_sim::{replay, ReplayOptions, Scenario};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -46,6 +46,37 @@ pub struct Args {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+}
+
+/// Progress bars on a terminal; one line per replay when stderr is a log file.
+struct Log {
+    mp: MultiProgress,
+    quiet: bool,
+    terminal: bool,
+}
+
+impl Log {
+    fn new(quiet: bool) -> Self {
+        let terminal = std::io::stderr().is_terminal();
+        let target = if quiet || !terminal { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
+        Log { mp: MultiProgress::with_draw_target(target), quiet, terminal }
+    }
+
+    fn note(&self, line: String) {
+        if !self.quiet {
+            self.warn(line);
+        }
+    }
+
+    /// Printed even with `--quiet`.
+    fn warn(&self, line: String) {
+        if self.terminal && !self.quiet {
+            // Above the bars, so they do not overwrite it.
+            let _ = self.mp.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
 }
 
 /// What one replay at one scale measured.
@@ -94,12 +125,8 @@ pub fn run(a: Args) -> Result<()> {
     let scenario =
         Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
 
-    let mp = MultiProgress::with_draw_target(if a.quiet {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr()
-    });
-    let total = mp.add(ProgressBar::new(0));
+    let log = Log::new(a.quiet);
+    let total = log.mp.add(ProgressBar::new(0));
     total.set_style(
         ProgressStyle::with_template("[{elapsed_precise}] {pos}/{len} replays {msg}").expect("static template"),
     );
@@ -115,13 +142,13 @@ pub fn run(a: Args) -> Result<()> {
         round += 1;
         total.inc_length(work.len() as u64);
         total.set_message(format!("· round {round}: {} in parallel", work.len()));
-        let done = measure(&scenario, &policies, &work, jobs, &mp, &total)?;
+        let done = measure(&scenario, &policies, &work, jobs, &log, &total)?;
         for ((p, scale), m) in work.into_iter().zip(done) {
             if m.oom_events > 0 {
-                mp.println(format!(
+                log.warn(format!(
                     "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",
                     m.oom_events, policies[p]
-                ))?;
+                ));
             }
             per_policy[p].points.insert(scale, m.violation_rate);
             per_policy[p].measured.push((scale, m));
@@ -195,9 +222,10 @@ fn measure(
     policies: &[String],
     work: &[(usize, f64)],
     jobs: usize,
-    mp: &MultiProgress,
+    log: &Log,
     total: &ProgressBar,
 ) -> Result<Vec<Measured>> {
+    let mp = &log.mp;
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let results: Mutex<Vec<Option<Result<Measured>>>> = Mutex::new(work.iter().map(|_| None).collect());
@@ -218,6 +246,15 @@ fn measure(
                     bar.set_prefix(format!("{} @ {scale:.4}", policies[p]));
                     bar.set_position(0);
                     let r = replay_point(scenario, &policies[p], scale, cost, &bar);
+                    if let Ok(m) = &r {
+                        log.note(format!(
+                            "{} @ {scale:.4}: {:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
+                            policies[p],
+                            100.0 * m.violation_rate,
+                            m.prompt_tokens_per_s,
+                            m.wall_s
+                        ));
+                    }
                     failed.fetch_or(r.is_err(), Ordering::Relaxed);
                     results.lock().expect("no worker panics while holding the lock")[i] = Some(r);
                     total.inc(1);
