@@ -104,11 +104,18 @@ impl PolicyPoints {
 
 pub fn run(a: Args) -> Result<()> {
     let started = Instant::now();
-    let policies: Vec<String> = if a.policies.is_empty() {
+    let mut policies: Vec<String> = Vec::new();
+    let named = if a.policies.is_empty() {
         slicesched_policy::BUILTIN.iter().map(|s| s.to_string()).collect()
     } else {
         a.policies.clone()
     };
+    // A name given twice would only repeat its rows.
+    for p in named {
+        if !policies.contains(&p) {
+            policies.push(p);
+        }
+    }
     for p in &policies {
         if slicesched_policy::builtin(p).is_none() {
             bail!("unknown policy `{p}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
