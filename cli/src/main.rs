@@ -3,6 +3,8 @@
 mod bench;
 mod cost;
 mod replay;
+mod search;
+mod sweep;
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +26,8 @@ enum Command {
     },
     /// Measure simulator throughput (op events/s) and whole-replay wall time.
     Bench(bench::Args),
+    /// Find each policy's goodput: the highest arrival-rate scale within SLA violation targets.
+    Sweep(sweep::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         Command::Replay(a) => replay::run(a),
         Command::Cost { command } => cost::run(command),
         Command::Bench(a) => bench::run(a),
+        Command::Sweep(a) => sweep::run(a),
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {

@@ -1,10 +1,12 @@
-//! Replay reports: `summary.json`, `requests.csv`, SVG plots and terminal tables.
+//! Replay reports: `summary.json`, `requests.csv`, SVG plots and terminal tables; sweep reports.
 
 mod plots;
+mod sweep;
 mod table;
 
 pub use plots::{write_plots, PlotError};
-pub use table::summary_table;
+pub use sweep::{write_sweep, write_sweep_plot, SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
+pub use table::{summary_table, sweep_table};
 
 use slicesched_sim::ReplayResult;
 use std::path::{Path, PathBuf};

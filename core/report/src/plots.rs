@@ -11,7 +11,7 @@ pub struct PlotError {
     msg: String,
 }
 
-fn perr<E: std::fmt::Display>(file: &Path) -> impl Fn(E) -> PlotError + '_ {
+pub(crate) fn perr<E: std::fmt::Display>(file: &Path) -> impl Fn(E) -> PlotError + '_ {
     move |e| PlotError { file: file.display().to_string(), msg: e.to_string() }
 }
 

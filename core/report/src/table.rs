@@ -80,3 +80,40 @@ pub fn summary_table(s: &Summary) -> String {
     }
     o
 }
+
+/// One row per (policy, target) of a goodput sweep.
+pub fn sweep_table(r: &crate::SweepReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<12} {:>7} {:>10} {:>12} {:>11} {:>7} {:>4} {:>11}  note",
+        "policy", "target", "rate scale", "prompt tok/s", "output tok/s", "viol%", "OOM", "×dedicated"
+    );
+    for row in &r.results {
+        let ratio = r
+            .ratios
+            .iter()
+            .find(|x| x.policy == row.policy && x.target == row.target)
+            .and_then(|x| x.goodput_vs_dedicated)
+            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}×"));
+        let note = match row.status.as_str() {
+            "violates_at_min_scale" => format!("violates even at scale {}", r.min_scale),
+            "capped_at_max_scale" => format!("meets the target at the max scale {}; boundary is higher", r.max_scale),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "{:<12} {:>6.1}% {:>10.3} {:>12.0} {:>12.1} {:>7.2} {:>4} {:>11}  {}",
+            row.policy,
+            100.0 * row.target,
+            row.rate_scale,
+            row.prompt_tokens_per_s,
+            row.output_tokens_per_s,
+            100.0 * row.violation_rate,
+            row.oom_events,
+            ratio,
+            note
+        );
+    }
+    o
+}

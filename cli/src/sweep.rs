@@ -1,0 +1,380 @@
+//! `slicesched sweep`: the goodput of each policy, as the highest arrival-rate scale it
+//! serves within a violation target.
+//!
+//! The searches of every (policy, target) advance in rounds: each round gathers the scales
+//! the searches want next, replays the new ones on `--jobs` threads, and feeds the results
+//! back to every search of that policy, so targets share points.
+
+use crate::search::{next_step, Outcome, Points, SearchOpts, Step};
+use anyhow::{bail, ensure, Context, Result};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use slicesched_cost::CostModel;
+use slicesched_report::{SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
+use slicesched_sim::{replay, ReplayOptions, Scenario};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenario TOML file.
+    #[arg(long)]
+    scenario: PathBuf,
+    /// Comma-separated policies (default: every built-in).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Comma-separated fractions of requests allowed to violate their SLA.
+    #[arg(long, value_delimiter = ',', default_value = "0.01,0.09")]
+    violation_targets: Vec<f64>,
+    /// Output directory for sweep.json and violation_vs_rate.svg.
+    #[arg(long)]
+    out: PathBuf,
+    /// Relative precision of each rate scale found.
+    #[arg(long, default_value_t = 0.03)]
+    precision: f64,
+    /// Smallest rate scale tried; a policy violating there gets rate scale 0.
+    #[arg(long, default_value_t = 0.05)]
+    min_scale: f64,
+    /// Largest rate scale tried.
+    #[arg(long, default_value_t = 64.0)]
+    max_scale: f64,
+    /// Replays run at once (default: available parallelism).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Progress bars on a terminal; one line per replay when stderr is a log file.
+struct Log {
+    mp: MultiProgress,
+    quiet: bool,
+    terminal: bool,
+}
+
+impl Log {
+    fn new(quiet: bool) -> Self {
+        let terminal = std::io::stderr().is_terminal();
+        let target = if quiet || !terminal { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
+        Log { mp: MultiProgress::with_draw_target(target), quiet, terminal }
+    }
+
+    fn note(&self, line: String) {
+        if !self.quiet {
+            self.warn(line);
+        }
+    }
+
+    /// Printed even with `--quiet`.
+    fn warn(&self, line: String) {
+        if self.terminal && !self.quiet {
+            // Above the bars, so they do not overwrite it.
+            let _ = self.mp.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// What one replay at one scale measured.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    violation_rate: f64,
+    prompt_tokens_per_s: f64,
+    output_tokens_per_s: f64,
+    oom_events: u64,
+    wall_s: f64,
+}
+
+/// Everything measured for one policy.
+#[derive(Default)]
+struct PolicyPoints {
+    points: Points,
+    measured: Vec<(f64, Measured)>,
+}
+
+impl PolicyPoints {
+    fn at(&self, scale: f64) -> Option<Measured> {
+        self.measured.iter().find(|m| (m.0 - scale).abs() <= 1e-9 * scale.abs()).map(|m| m.1)
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let started = Instant::now();
+    let mut policies: Vec<String> = Vec::new();
+    let named = if a.policies.is_empty() {
+        slicesched_policy::BUILTIN.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.policies.clone()
+    };
+    // A name given twice would only repeat its rows.
+    for p in named {
+        if !policies.contains(&p) {
+            policies.push(p);
+        }
+    }
+    for p in &policies {
+        if slicesched_policy::builtin(p).is_none() {
+            bail!("unknown policy `{p}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
+        }
+    }
+    ensure!(!a.violation_targets.is_empty(), "--violation-targets is empty");
+    for t in &a.violation_targets {
+        ensure!((0.0..1.0).contains(t), "violation target {t} is not a fraction in [0, 1)");
+    }
+    ensure!(a.precision > 0.0, "--precision must be positive");
+    ensure!(a.min_scale > 0.0 && a.min_scale < a.max_scale, "need 0 < --min-scale < --max-scale");
+    let opts = SearchOpts { precision: a.precision, min_scale: a.min_scale, max_scale: a.max_scale };
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let scenario =
+        Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
+
+    let log = Log::new(a.quiet);
+    let total = log.mp.add(ProgressBar::new(0));
+    total.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {pos}/{len} replays {msg}").expect("static template"),
+    );
+
+    let mut per_policy: Vec<PolicyPoints> = policies.iter().map(|_| PolicyPoints::default()).collect();
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; policies.len() * a.violation_targets.len()];
+    let mut round = 0;
+    loop {
+        let work = plan_round(&per_policy, &mut outcomes, &a.violation_targets, &opts, jobs);
+        if work.is_empty() {
+            break;
+        }
+        round += 1;
+        total.inc_length(work.len() as u64);
+        total.set_message(format!("· round {round}: {} in parallel", work.len()));
+        let done = measure(&scenario, &policies, &work, jobs, &log, &total)?;
+        for ((p, scale), m) in work.into_iter().zip(done) {
+            if m.oom_events > 0 {
+                log.warn(format!(
+                    "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",
+                    m.oom_events, policies[p]
+                ));
+            }
+            per_policy[p].points.insert(scale, m.violation_rate);
+            per_policy[p].measured.push((scale, m));
+        }
+    }
+    total.finish_and_clear();
+
+    let report = build_report(&scenario, &policies, &a.violation_targets, &opts, &per_policy, &outcomes, jobs, started);
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", slicesched_report::sweep_table(&report))?;
+    let replay_s = report.timing.replay_wall_s;
+    writeln!(
+        out,
+        "{} replays in {:.1} s wall ({:.1} s of replay on {jobs} jobs)",
+        report.points.len(),
+        report.timing.wall_s,
+        replay_s
+    )?;
+    let files = slicesched_report::write_sweep(&a.out, &report).context("writing the sweep report")?;
+    for f in files {
+        writeln!(out, "wrote {}", f.display())?;
+    }
+    let ooms: u64 = report.points.iter().map(|p| p.oom_events).sum();
+    if ooms > 0 {
+        eprintln!("WARNING: {ooms} OOM events across the sweep's replays (must be 0); see `points` in sweep.json");
+    }
+    Ok(())
+}
+
+/// The (policy index, scale) pairs to replay next, deduplicated; records finished searches.
+/// When the searches want fewer scales than there are jobs, each is asked for a wider
+/// step (longer strides, finer splits) so the spare cores do useful speculative work.
+fn plan_round(
+    per_policy: &[PolicyPoints],
+    outcomes: &mut [Option<Outcome>],
+    targets: &[f64],
+    opts: &SearchOpts,
+    jobs: usize,
+) -> Vec<(usize, f64)> {
+    let mut work = Vec::new();
+    for width in 1..=jobs {
+        work.clear();
+        for (p, pts) in per_policy.iter().enumerate() {
+            for (t, &target) in targets.iter().enumerate() {
+                let slot = &mut outcomes[p * targets.len() + t];
+                if slot.is_some() {
+                    continue;
+                }
+                match next_step(&pts.points, target, opts, width) {
+                    Step::Done(o) => *slot = Some(o),
+                    Step::Measure(scales) => {
+                        for s in scales {
+                            if !work.iter().any(|&(q, x): &(usize, f64)| q == p && (x - s).abs() <= 1e-9 * s) {
+                                work.push((p, s));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if work.len() >= jobs {
+            break;
+        }
+    }
+    work
+}
+
+/// Replays every (policy, scale) of `work` on up to `jobs` threads; results in `work`'s order.
+fn measure(
+    scenario: &Scenario,
+    policies: &[String],
+    work: &[(usize, f64)],
+    jobs: usize,
+    log: &Log,
+    total: &ProgressBar,
+) -> Result<Vec<Measured>> {
+    let mp = &log.mp;
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Mutex<Vec<Option<Result<Measured>>>> = Mutex::new(work.iter().map(|_| None).collect());
+    let cost = CostModel::default_a100();
+    std::thread::scope(|s| {
+        for _ in 0..jobs.min(work.len()) {
+            s.spawn(|| {
+                let bar = mp.add(ProgressBar::new(1000));
+                bar.set_style(
+                    ProgressStyle::with_template("  {spinner} {prefix:<24} {bar:30} {msg}").expect("static template"),
+                );
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= work.len() || failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let (p, scale) = work[i];
+                    bar.set_prefix(format!("{} @ {scale:.4}", policies[p]));
+                    bar.set_position(0);
+                    let r = replay_point(scenario, &policies[p], scale, cost, &bar);
+                    if let Ok(m) = &r {
+                        log.note(format!(
+                            "{} @ {scale:.4}: {:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
+                            policies[p],
+                            100.0 * m.violation_rate,
+                            m.prompt_tokens_per_s,
+                            m.wall_s
+                        ));
+                    }
+                    failed.fetch_or(r.is_err(), Ordering::Relaxed);
+                    results.lock().expect("no worker panics while holding the lock")[i] = Some(r);
+                    total.inc(1);
+                }
+                bar.finish_and_clear();
+            });
+        }
+    });
+    results
+        .into_inner()
+        .expect("workers are joined")
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| bail!("a replay was skipped after another one failed")))
+        .collect()
+}
+
+fn replay_point(
+    scenario: &Scenario,
+    policy: &str,
+    scale: f64,
+    cost: &CostModel,
+    bar: &ProgressBar,
+) -> Result<Measured> {
+    let Some(mut pol) = slicesched_policy::builtin(policy) else {
+        bail!("unknown policy `{policy}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
+    };
+    let scaled = scenario.with_rate_scale(scale);
+    let started = Instant::now();
+    let r = replay(&scaled, pol.as_mut(), cost, ReplayOptions::default(), &mut |p| {
+        bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
+        bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
+    });
+    let s = &r.summary;
+    Ok(Measured {
+        violation_rate: s.violation_rate,
+        prompt_tokens_per_s: s.prompt_tokens_per_s,
+        output_tokens_per_s: s.output_tokens_per_s,
+        oom_events: s.oom_events,
+        wall_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_report(
+    scenario: &Scenario,
+    policies: &[String],
+    targets: &[f64],
+    opts: &SearchOpts,
+    per_policy: &[PolicyPoints],
+    outcomes: &[Option<Outcome>],
+    jobs: usize,
+    started: Instant,
+) -> SweepReport {
+    let mut results = Vec::new();
+    for (p, policy) in policies.iter().enumerate() {
+        for (t, &target) in targets.iter().enumerate() {
+            let outcome = outcomes[p * targets.len() + t].expect("every search finished");
+            let pts = &per_policy[p];
+            let (rate_scale, status) = match outcome {
+                Outcome::Found(s) => (s, "found"),
+                Outcome::CappedAtMax => (opts.max_scale, "capped_at_max_scale"),
+                Outcome::ViolatesAtMin => (0.0, "violates_at_min_scale"),
+            };
+            // Without an answer, the figures are those of the lowest (violating) scale tried.
+            let lowest = pts.measured.iter().min_by(|x, y| x.0.total_cmp(&y.0)).map(|x| x.1);
+            let m = if rate_scale > 0.0 { pts.at(rate_scale) } else { lowest }.expect("the answer is a measured point");
+            let served = rate_scale > 0.0;
+            results.push(SweepResult {
+                policy: policy.clone(),
+                target,
+                rate_scale,
+                prompt_tokens_per_s: if served { m.prompt_tokens_per_s } else { 0.0 },
+                output_tokens_per_s: if served { m.output_tokens_per_s } else { 0.0 },
+                violation_rate: m.violation_rate,
+                oom_events: m.oom_events,
+                status: status.into(),
+            });
+        }
+    }
+    let ratios = results
+        .iter()
+        .map(|r| {
+            let base = results.iter().find(|d| d.policy == "dedicated" && d.target == r.target).map(|d| d.rate_scale);
+            let goodput_vs_dedicated = base.filter(|b| *b > 0.0).map(|b| r.rate_scale / b);
+            SweepRatio { policy: r.policy.clone(), target: r.target, goodput_vs_dedicated }
+        })
+        .collect();
+    let points: Vec<SweepPoint> = policies
+        .iter()
+        .zip(per_policy)
+        .flat_map(|(policy, pts)| {
+            let mut measured = pts.measured.clone();
+            measured.sort_by(|x, y| x.0.total_cmp(&y.0));
+            measured.into_iter().map(move |(scale, m)| SweepPoint {
+                policy: policy.clone(),
+                rate_scale: scale,
+                violation_rate: m.violation_rate,
+                prompt_tokens_per_s: m.prompt_tokens_per_s,
+                output_tokens_per_s: m.output_tokens_per_s,
+                oom_events: m.oom_events,
+                wall_s: m.wall_s,
+            })
+        })
+        .collect();
+    let replay_wall_s = points.iter().map(|p| p.wall_s).sum();
+    SweepReport {
+        scenario: scenario.spec.name.clone(),
+        precision: opts.precision,
+        min_scale: opts.min_scale,
+        max_scale: opts.max_scale,
+        results,
+        ratios,
+        points,
+        timing: SweepTiming { wall_s: started.elapsed().as_secs_f64(), replay_wall_s, jobs },
+    }
+}

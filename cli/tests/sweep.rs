@@ -1,0 +1,88 @@
+//! `slicesched sweep` end to end on the smoke scenario: the `sweep.json` contract and the plot.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_slicesched"));
+    c.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("slicesched-sweep-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn sweep_writes_the_contract_and_a_plot() {
+    let out = tmp("smoke");
+    let o = bin()
+        .args([
+            "sweep",
+            "--scenario",
+            "scenarios/smoke.toml",
+            "--policies",
+            "dedicated",
+            "--violation-targets",
+            "0.05,0.2",
+        ])
+        .args(["--precision", "0.2", "--max-scale", "8", "--jobs", "2", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("rate scale") && table.contains("dedicated"), "{table}");
+
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(v["scenario"], "smoke");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        for k in [
+            "policy",
+            "target",
+            "rate_scale",
+            "prompt_tokens_per_s",
+            "output_tokens_per_s",
+            "violation_rate",
+            "oom_events",
+        ] {
+            assert!(r.get(k).is_some(), "result lacks `{k}`: {r}");
+        }
+        assert_eq!(r["policy"], "dedicated");
+        assert_eq!(r["oom_events"], 0);
+        assert!(r["violation_rate"].as_f64().unwrap() <= r["target"].as_f64().unwrap() || r["rate_scale"] == 0.0);
+    }
+    let scale = |t: f64| results.iter().find(|r| r["target"] == t).unwrap()["rate_scale"].as_f64().unwrap();
+    assert!(scale(0.2) >= scale(0.05), "looser target {} < stricter {}", scale(0.2), scale(0.05));
+    assert!(scale(0.05) > 0.0 && scale(0.2) <= 8.0);
+    for r in v["ratios"].as_array().unwrap() {
+        for k in ["policy", "target", "goodput_vs_dedicated"] {
+            assert!(r.get(k).is_some(), "ratio lacks `{k}`: {r}");
+        }
+        assert_eq!(r["goodput_vs_dedicated"], 1.0);
+    }
+    // Both targets were answered from one set of replays: no scale was replayed twice.
+    let points = v["points"].as_array().unwrap();
+    let mut scales: Vec<f64> = points.iter().map(|p| p["rate_scale"].as_f64().unwrap()).collect();
+    scales.dedup();
+    assert_eq!(scales.len(), points.len());
+
+    let svg = std::fs::read_to_string(out.join("violation_vs_rate.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("dedicated") && svg.contains("target 20%"));
+}
+
+#[test]
+fn sweep_refuses_unknown_policies_naming_the_builtins() {
+    let o = bin()
+        .args(["sweep", "--scenario", "scenarios/smoke.toml", "--policies", "dedicated,magic", "--quiet", "--out"])
+        .arg(tmp("pol"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unknown policy `magic`") && err.contains("dedicated"), "{err}");
+}
