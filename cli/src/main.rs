@@ -1,6 +1,7 @@
 //! `slicesched`: a thin binary that calls one function per command.
 
 mod bench;
+mod compare;
 mod cost;
 mod replay;
 mod search;
@@ -26,6 +27,9 @@ enum Command {
     },
     /// Measure simulator throughput (op events/s) and whole-replay wall time.
     Bench(bench::Args),
+    /// Replay every policy on one scenario at one load, side by side, with the idle
+    /// GPU time each filled.
+    Compare(compare::Args),
     /// Find each policy's goodput: the highest arrival-rate scale within SLA violation targets.
     Sweep(sweep::Args),
 }
@@ -37,6 +41,7 @@ fn main() -> anyhow::Result<()> {
         Command::Cost { command } => cost::run(command),
         Command::Bench(a) => bench::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::Compare(a) => compare::run(a),
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {

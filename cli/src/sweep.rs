@@ -288,7 +288,9 @@ fn replay_point(
     let Some(mut pol) = slicesched_policy::builtin(policy) else {
         bail!("unknown policy `{policy}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
     };
-    let scaled = scenario.with_rate_scale(scale);
+    // Each policy replays on the deployment it asks for (its replicas, if any).
+    let scaled = slicesched_sim::plan(&scenario.with_rate_scale(scale), pol.replicas())
+        .with_context(|| format!("planning replicas for `{policy}`"))?;
     let started = Instant::now();
     let r = replay(&scaled, pol.as_mut(), cost, ReplayOptions::default(), &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
