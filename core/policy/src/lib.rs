@@ -138,6 +138,9 @@ pub enum ReplicaMode {
     Weights,
     /// Whole-model copies with their own KV cache, for request-level routing.
     Serving,
+    /// Serving copies where a whole model and a useful KV cache fit, weight-only
+    /// layer ranges where they do not.
+    Both,
 }
 
 /// A placement policy. Only `name` and `place` are required.

@@ -3,12 +3,15 @@
 use crate::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View};
 use slicesched_model::OpKind;
 
-/// Operator-level placement: each ready op goes to whichever group holding its
-/// weights finishes it first (transfer of its input included), borrowing other
-/// tenants' idle slices; attention stays with the KV cache; the owner of a GPU keeps
-/// first claim at every op boundary (the core enforces that too). Ops are ordered by
-/// their tenant's SLA slack, and a tenant with work waiting may run extra micro-batches
-/// while replicas of its weights sit on idle GPUs.
+/// Operator-level placement on top of request-level multiplexing: where a whole model
+/// and a KV cache fit in another GPU's spare memory the tenant gets a serving copy and
+/// requests go to the least-loaded copy (what `pooled` does); everywhere, each ready op
+/// goes to whichever group holding its weights (whole or a layer range) finishes it
+/// first, transfer of its input included, borrowing other tenants' idle slices;
+/// attention stays with the KV cache; the owner of a GPU keeps first claim at every op
+/// boundary (the core enforces that too). Decode steps and low-slack tenants go first,
+/// and an instance with requests waiting may run extra micro-batches while groups
+/// holding its weights sit idle.
 #[derive(Debug, Clone)]
 pub struct Slice {
     /// Most micro-batches of one instance executing at once.
@@ -27,7 +30,11 @@ impl Policy for Slice {
     }
 
     fn replicas(&self) -> ReplicaMode {
-        ReplicaMode::Weights
+        ReplicaMode::Both
+    }
+
+    fn route(&mut self, view: &View<'_>, instances: &[InstanceView]) -> usize {
+        crate::pooled::least_loaded(view, instances)
     }
 
     fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
@@ -39,7 +46,7 @@ impl Policy for Slice {
             let priority = slack + if r.prefill_tokens == 0 { 2_000_000 } else { 0 };
             let mut best = (self.finish(view, r, r.home), r.home);
             if r.kind != OpKind::Attention {
-                for h in view.deployment.replicas(r.tenant) {
+                for h in view.deployment.homes.iter().filter(|h| h.tenant == r.tenant && h.group != r.home) {
                     let holds = match r.layer {
                         Some(l) => h.layers.0 <= l && l < h.layers.1,
                         None => h.layers == (0, t.layers),
@@ -68,7 +75,7 @@ impl Policy for Slice {
             return false;
         }
         // Another micro-batch only pays when some replica group is idle.
-        view.deployment.replicas(inst.tenant).filter(|h| h.layers.1 > h.layers.0).any(|h| {
+        view.deployment.homes.iter().filter(|h| h.tenant == inst.tenant && h.group != inst.group).any(|h| {
             view.group_free_at(h.group) <= view.now_ns
                 && view.deployment.group(h.group).gpus.iter().all(|g| view.gpu_owner_need_ns[g.0 as usize] > view.now_ns)
         })

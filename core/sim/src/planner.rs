@@ -104,10 +104,16 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
             let whole = t.model.weight_bytes_per_gpu(tp as u32);
             // Serving replicas need room for a useful KV cache too: keep a third of the
             // budget for it.
-            let usable = if mode == ReplicaMode::Serving { left / 3 * 2 } else { left };
+            let serving_fits = whole <= left / 3 * 2;
+            let serving = match mode {
+                ReplicaMode::Serving => true,
+                ReplicaMode::Both => serving_fits,
+                _ => false,
+            };
+            let usable = if serving { left / 3 * 2 } else { left };
             let (range, bytes) = if whole <= usable {
                 ((0, layers), whole)
-            } else if mode == ReplicaMode::Weights && spec.layer_ranges {
+            } else if mode != ReplicaMode::Serving && spec.layer_ranges {
                 let per_layer = whole / (layers as u64 + 2);
                 let fit = (usable / per_layer.max(1)).min(layers as u64) as u32;
                 if fit < layers / 4 || fit == 0 {
@@ -129,11 +135,12 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
                 layers: range,
                 weight_bytes_per_gpu: bytes,
                 is_home: false,
-                kv_blocks: if mode == ReplicaMode::Serving { 1 } else { 0 },
+                // Any non-zero marks a serving copy; the KV sizing below sets the count.
+                kv_blocks: serving as u32,
             });
         }
     }
-    if mode == ReplicaMode::Weights {
+    if mode != ReplicaMode::Serving {
         out.guest_reserve = guest_max_act.iter().map(|&a| (a as f64 * spec.guest_reserve_factor) as u64).collect();
     }
     size_kv_caches(&out.cluster, &mut out.deployment, &out.tenants, out.memory, &out.guest_reserve)
