@@ -34,7 +34,26 @@ impl Policy for Slice {
     }
 
     fn route(&mut self, view: &View<'_>, instances: &[InstanceView]) -> usize {
-        crate::pooled::least_loaded(view, instances)
+        // Stay home unless the home has a queue and a copy sits on GPUs that are idle
+        // and whose owner has nothing in sight: a copy on a busy owner's GPU would take
+        // that owner's time without the core's guard, and splitting a busy tenant's
+        // batch reads its weights twice for the same tokens.
+        let home = &instances[0];
+        if home.waiting == 0 {
+            return 0;
+        }
+        let idle: Vec<InstanceView> = instances.iter().skip(1).filter(|i| self.spare(view, i.group)).copied().collect();
+        if idle.is_empty() {
+            return 0;
+        }
+        let mut all = vec![*home];
+        all.extend(idle.iter().copied());
+        let k = crate::pooled::least_loaded(view, &all);
+        if k == 0 {
+            0
+        } else {
+            instances.iter().position(|i| i.index == all[k].index).unwrap_or(0)
+        }
     }
 
     fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
@@ -74,15 +93,26 @@ impl Policy for Slice {
         if inst.inflight >= self.max_inflight || inst.waiting == 0 {
             return false;
         }
-        // Another micro-batch only pays when some replica group is idle.
-        view.deployment.homes.iter().filter(|h| h.tenant == inst.tenant && h.group != inst.group).any(|h| {
-            view.group_free_at(h.group) <= view.now_ns
-                && view.deployment.group(h.group).gpus.iter().all(|g| view.gpu_owner_need_ns[g.0 as usize] > view.now_ns)
-        })
+        // Another micro-batch only pays when some group holding the weights is spare.
+        view.deployment.homes.iter().filter(|h| h.tenant == inst.tenant && h.group != inst.group).any(|h| self.spare(view, h.group))
     }
 }
 
+/// How far ahead a GPU's owner must have nothing to do for its GPU to count as spare.
+const SPARE_HORIZON_NS: u64 = 20_000_000;
+
 impl Slice {
+    /// Idle now, and its owners need it for none of the next [`SPARE_HORIZON_NS`].
+    fn spare(&self, view: &View<'_>, group: slicesched_gmg::GroupId) -> bool {
+        view.group_free_at(group) <= view.now_ns
+            && view
+                .deployment
+                .group(group)
+                .gpus
+                .iter()
+                .all(|g| view.gpu_owner_need_ns[g.0 as usize] > view.now_ns + SPARE_HORIZON_NS)
+    }
+
     fn finish(&self, view: &View<'_>, r: &ReadyOp, group: slicesched_gmg::GroupId) -> u64 {
         let arrive = view.now_ns + r.input_group.map_or(0, |from| view.transfer_ns(from, group, r.input_bytes));
         arrive.max(view.group_free_at(group)) + r.predicted_ns
