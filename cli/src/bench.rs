@@ -20,7 +20,16 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     println!(
         "{:<16} {:>10} {:>12} {:>8} {:>9} {:>11} {:>12} {:>13} {:>12} {:>11}",
-        "scenario", "policy", "op events", "best s", "median s", "best Mev/s", "median Mev/s", "decisions/s", "decision p99", "cluster ops/s"
+        "scenario",
+        "policy",
+        "op events",
+        "best s",
+        "median s",
+        "best Mev/s",
+        "median Mev/s",
+        "decisions/s",
+        "decision p99",
+        "cluster ops/s"
     );
     for path in &a.scenario {
         let scn = Scenario::from_file(path).with_context(|| format!("loading {}", path.display()))?;

@@ -79,7 +79,13 @@ pub fn run(a: Args) -> Result<()> {
                     let mut pol = slicesched_policy::builtin(name).expect("checked");
                     let planned = slicesched_sim::plan(&scaled, pol.replicas())?;
                     let t0 = std::time::Instant::now();
-                    let mut r = replay(&planned, pol.as_mut(), CostModel::default_a100(), ReplayOptions::default(), &mut |_| {});
+                    let mut r = replay(
+                        &planned,
+                        pol.as_mut(),
+                        CostModel::default_a100(),
+                        ReplayOptions::default(),
+                        &mut |_| {},
+                    );
                     r.summary.timing.sim_wall_s = t0.elapsed().as_secs_f64();
                     eprintln!("{name}: done in {:.1} s", r.summary.timing.sim_wall_s);
                     results.lock().expect("no panics holding it").push((i, r.summary));
@@ -135,7 +141,11 @@ pub fn run(a: Args) -> Result<()> {
 
     let mut out = std::io::stdout().lock();
     writeln!(out, "{} at rate scale {}", scenario.spec.name, a.rate_scale)?;
-    writeln!(out, "{:<10} {:>7} {:>9} {:>8} {:>9} {:>9} {:>6} {:>9} {:>10}", "policy", "viol%", "prompt/s", "out/s", "TTFTp99", "TPOTp99", "busy%", "borrowed", "filled%")?;
+    writeln!(
+        out,
+        "{:<10} {:>7} {:>9} {:>8} {:>9} {:>9} {:>6} {:>9} {:>10}",
+        "policy", "viol%", "prompt/s", "out/s", "TTFTp99", "TPOTp99", "busy%", "borrowed", "filled%"
+    )?;
     for r in &rows {
         let filled: Vec<f64> = r.gpus.iter().filter_map(|g| g.filled_of_dedicated_idle).collect();
         let mean = if filled.is_empty() { 0.0 } else { filled.iter().sum::<f64>() / filled.len() as f64 };
@@ -153,7 +163,10 @@ pub fn run(a: Args) -> Result<()> {
             100.0 * mean
         )?;
     }
-    writeln!(out, "\nper GPU: busy% / idle-gap p50 ms / share of idle time in gaps ≤ 10 ms / filled% of dedicated idle")?;
+    writeln!(
+        out,
+        "\nper GPU: busy% / idle-gap p50 ms / share of idle time in gaps ≤ 10 ms / filled% of dedicated idle"
+    )?;
     for g in 0..rows.first().map_or(0, |r| r.gpus.len()) {
         write!(out, "gpu{g:<3}")?;
         for r in &rows {

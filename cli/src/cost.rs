@@ -84,8 +84,9 @@ pub fn run(c: Command) -> Result<()> {
     match c {
         Command::Predict { model, sku, tp, prefill, decode, kv } => predict(&model, &sku, tp, prefill, decode, kv),
         Command::Validate { fit, test, test_sku, json, leave_one_model_out } => {
-            let report = slicesched_cost::validate(&fit, &test, test_sku.as_deref())
-                .with_context(|| format!("validating the cost model fitted on {} against {}", fit.display(), test.display()))?;
+            let report = slicesched_cost::validate(&fit, &test, test_sku.as_deref()).with_context(|| {
+                format!("validating the cost model fitted on {} against {}", fit.display(), test.display())
+            })?;
             if json {
                 eprint!("{}", report.table());
                 println!("{}", serde_json::to_string_pretty(&report)?);

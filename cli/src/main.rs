@@ -45,7 +45,9 @@ fn main() -> anyhow::Result<()> {
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) => Ok(()),
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) => {
+            Ok(())
+        }
         other => other,
     }
 }

@@ -56,7 +56,8 @@ pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> R
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let scenario = Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
+    let scenario =
+        Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
     let result = replay_with_progress(&scenario, &a.policy, a.quiet)?;
     let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
     let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;

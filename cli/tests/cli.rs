@@ -22,16 +22,33 @@ fn tmp(name: &str) -> PathBuf {
 #[test]
 fn replay_writes_summary_csv_and_plots() {
     let out = tmp("replay");
-    let o = bin().args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "dedicated", "--quiet", "--out"]).arg(&out).output().unwrap();
+    let o = bin()
+        .args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "dedicated", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(table.contains("violation rate") && table.contains("gpu"), "{table}");
 
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     for key in [
-        "policy", "scenario", "requests", "completed", "dropped", "violation_rate", "prompt_tokens_per_s",
-        "output_tokens_per_s", "ttft_p99_ms", "tpot_p99_ms", "oom_events", "op_events", "gpu_busy_fraction",
-        "tenants", "gpus", "timing",
+        "policy",
+        "scenario",
+        "requests",
+        "completed",
+        "dropped",
+        "violation_rate",
+        "prompt_tokens_per_s",
+        "output_tokens_per_s",
+        "ttft_p99_ms",
+        "tpot_p99_ms",
+        "oom_events",
+        "op_events",
+        "gpu_busy_fraction",
+        "tenants",
+        "gpus",
+        "timing",
     ] {
         assert!(s.get(key).is_some(), "summary.json lacks `{key}`");
     }
@@ -62,14 +79,21 @@ fn bad_scenario_fails_with_the_file_named() {
 
 #[test]
 fn unknown_policy_is_refused() {
-    let o = bin().args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "magic", "--quiet", "--out"]).arg(tmp("pol")).output().unwrap();
+    let o = bin()
+        .args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "magic", "--quiet", "--out"])
+        .arg(tmp("pol"))
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown policy `magic`"));
 }
 
 #[test]
 fn cost_validate_json_contract() {
-    let o = bin().args(["cost", "validate", "--fit", "data/profiles/a100", "--test", "data/profiles/a100", "--json"]).output().unwrap();
+    let o = bin()
+        .args(["cost", "validate", "--fit", "data/profiles/a100", "--test", "data/profiles/a100", "--json"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is only the JSON report");
     let ops = v["ops"].as_array().unwrap();

@@ -34,7 +34,9 @@ impl CpuOverhead {
         let mut rd = csv::Reader::from_reader(text.as_bytes());
         let head = rd.headers().map_err(|e| CostError::Invalid { path: path.into(), msg: e.to_string() })?.clone();
         let col = |name: &str| {
-            head.iter().position(|h| h == name).ok_or_else(|| CostError::Invalid { path: path.into(), msg: format!("missing column `{name}`") })
+            head.iter()
+                .position(|h| h == name)
+                .ok_or_else(|| CostError::Invalid { path: path.into(), msg: format!("missing column `{name}`") })
         };
         let b = col("batch_size")?;
         let phases = PHASES.iter().map(|p| col(p)).collect::<Result<Vec<_>, _>>()?;
@@ -42,9 +44,12 @@ impl CpuOverhead {
         for (i, rec) in rd.records().enumerate() {
             let rec = rec.map_err(|e| CostError::Invalid { path: path.into(), msg: e.to_string() })?;
             let num = |c: usize| -> Result<f64, CostError> {
-                rec.get(c).and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| {
-                    CostError::Invalid { path: path.into(), msg: format!("line {}: column `{}`: not a non-negative number", i + 2, &head[c]) }
-                })
+                rec.get(c).and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(
+                    || CostError::Invalid {
+                        path: path.into(),
+                        msg: format!("line {}: column `{}`: not a non-negative number", i + 2, &head[c]),
+                    },
+                )
             };
             xs.push(num(b)?);
             ys.push(phases.iter().map(|&c| num(c)).sum::<Result<f64, _>>()? * 1e6);
@@ -82,7 +87,8 @@ mod tests {
     fn bad_tables_name_the_problem() {
         let e = CpuOverhead::fit_csv("batch_size\n1\n", "x.csv").unwrap_err().to_string();
         assert!(e.contains("schedule_median"), "{e}");
-        let hdr = "batch_size,schedule_median,sampler_e2e_median,prepare_inputs_e2e_median,process_model_outputs_median\n";
+        let hdr =
+            "batch_size,schedule_median,sampler_e2e_median,prepare_inputs_e2e_median,process_model_outputs_median\n";
         let e = CpuOverhead::fit_csv(&format!("{hdr}1,a,1,1,1\n2,1,1,1,1\n"), "x.csv").unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("schedule_median"), "{e}");
     }

@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 use slicesched_model::{DecodeItem, IterationBatch, PrefillItem};
 use std::collections::VecDeque;
 
-
 /// Batching knobs, named after vLLM's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -37,7 +36,10 @@ pub struct SeqId(pub u32);
 pub enum Admission {
     Queued(SeqId),
     /// Needs more KV blocks than the whole cache has: it could never run.
-    TooLong { blocks_needed: u32, blocks_total: u32 },
+    TooLong {
+        blocks_needed: u32,
+        blocks_total: u32,
+    },
 }
 
 /// What happened to a request during an iteration.
@@ -170,7 +172,16 @@ impl Engine {
             return Admission::TooLong { blocks_needed: need, blocks_total: self.blocks_total };
         }
         let id = SeqId(self.seqs.len() as u32);
-        self.seqs.push(Seq { prompt, output, computed: 0, generated: 0, blocks: 0, preemptions: 0, finished: false, inflight: false });
+        self.seqs.push(Seq {
+            prompt,
+            output,
+            computed: 0,
+            generated: 0,
+            blocks: 0,
+            preemptions: 0,
+            finished: false,
+            inflight: false,
+        });
         self.waiting.push_back(id);
         Admission::Queued(id)
     }

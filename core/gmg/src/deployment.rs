@@ -129,6 +129,9 @@ mod tests {
         assert_eq!(a, b);
         assert!(matches!(Deployment::check_gpus(&c, "x", &[GpuId(9)]), Err(DeploymentError::NoSuchGpu { .. })));
         assert!(matches!(Deployment::check_gpus(&c, "x", &[]), Err(DeploymentError::NoGpus { .. })));
-        assert!(matches!(Deployment::check_gpus(&c, "x", &[GpuId(1), GpuId(1)]), Err(DeploymentError::Duplicate { .. })));
+        assert!(matches!(
+            Deployment::check_gpus(&c, "x", &[GpuId(1), GpuId(1)]),
+            Err(DeploymentError::Duplicate { .. })
+        ));
     }
 }

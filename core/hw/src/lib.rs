@@ -187,9 +187,13 @@ impl Cluster {
             return Err(HwError::Invalid { path: path.into(), msg: "cluster has no nodes".into() });
         }
         for (i, n) in spec.nodes.iter().enumerate() {
-            let sku = sku(&n.gpu).map_err(|e| HwError::Invalid { path: path.into(), msg: format!("nodes[{i}].gpu: {e}") })?;
+            let sku =
+                sku(&n.gpu).map_err(|e| HwError::Invalid { path: path.into(), msg: format!("nodes[{i}].gpu: {e}") })?;
             if n.gpus == 0 || n.gpus > 64 {
-                return Err(HwError::Invalid { path: path.into(), msg: format!("nodes[{i}].gpus: must be 1..=64, got {}", n.gpus) });
+                return Err(HwError::Invalid {
+                    path: path.into(),
+                    msg: format!("nodes[{i}].gpus: must be 1..=64, got {}", n.gpus),
+                });
             }
             for _ in 0..n.count {
                 let node = nvlink_node.len() as u32;
@@ -200,13 +204,17 @@ impl Cluster {
             }
         }
         if spec.network.gbps <= 0.0 || spec.network.latency_us < 0.0 {
-            return Err(HwError::Invalid { path: path.into(), msg: "network: gbps must be positive, latency_us non-negative".into() });
+            return Err(HwError::Invalid {
+                path: path.into(),
+                msg: "network: gbps must be positive, latency_us non-negative".into(),
+            });
         }
         Ok(Self { name: spec.name.clone(), gpus, nvlink_node, network: spec.network.clone() })
     }
 
     pub fn from_toml(text: &str, path: &str) -> Result<Self, HwError> {
-        let spec: ClusterSpec = toml::from_str(text).map_err(|e| HwError::Invalid { path: path.into(), msg: e.to_string() })?;
+        let spec: ClusterSpec =
+            toml::from_str(text).map_err(|e| HwError::Invalid { path: path.into(), msg: e.to_string() })?;
         Self::from_spec(&spec, path)
     }
 

@@ -120,10 +120,8 @@ impl ModelConfig {
         let lower = name.to_ascii_lowercase();
         let lower = lower.rsplit('/').next().unwrap_or(&lower).to_string();
         let key = ALIASES.iter().find(|(a, _)| *a == lower).map(|(_, p)| *p).unwrap_or(&lower);
-        let &(n, h, q, kv, i, l, v) = PRESETS
-            .iter()
-            .find(|p| p.0 == key)
-            .ok_or_else(|| ModelError::UnknownPreset(name.to_string()))?;
+        let &(n, h, q, kv, i, l, v) =
+            PRESETS.iter().find(|p| p.0 == key).ok_or_else(|| ModelError::UnknownPreset(name.to_string()))?;
         Ok(Self {
             name: n.into(),
             hidden_size: h,

@@ -266,7 +266,8 @@ impl ModelConfig {
         let add2 = push(&mut layer, add(tp.max(1)), &[down, add1]);
 
         let sampled = batch.sampled();
-        let mut tail = vec![norm(OpKind::FinalNorm, sampled), gemm(OpKind::LmHead, sampled, self.vocab_size.div_ceil(t), h)];
+        let mut tail =
+            vec![norm(OpKind::FinalNorm, sampled), gemm(OpKind::LmHead, sampled, self.vocab_size.div_ceil(t), h)];
         if tp > 1 {
             tail.push(collective(OpKind::AllGather, sampled * self.vocab_size.div_ceil(t) * b));
         }
@@ -385,7 +386,8 @@ mod tests {
     #[test]
     fn attention_counts_causal_pairs() {
         let m = ModelConfig::preset("llama-2-7b").unwrap();
-        let b = IterationBatch { prefills: vec![PrefillItem { chunk: 4, prior_kv: 2, samples: false }], decodes: vec![] };
+        let b =
+            IterationBatch { prefills: vec![PrefillItem { chunk: 4, prior_kv: 2, samples: false }], decodes: vec![] };
         let d = m.iteration_dag(&b, 1);
         let a = d.layer.iter().find(|o| o.kind == OpKind::Attention).unwrap();
         // pairs = 4*2 + 4*5/2 = 18

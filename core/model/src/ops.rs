@@ -111,14 +111,26 @@ pub struct AttnShape {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum OpShape {
     /// `[m, k] x [k, n]` on one GPU (already sharded).
-    Gemm { m: u64, n: u64, k: u64 },
+    Gemm {
+        m: u64,
+        n: u64,
+        k: u64,
+    },
     /// A memory-bound pass over `tokens x width` elements.
-    Elementwise { tokens: u64, width: u64 },
+    Elementwise {
+        tokens: u64,
+        width: u64,
+    },
     Attention(AttnShape),
     /// A collective over `ranks` GPUs on a message of `bytes` per GPU.
-    Collective { bytes: u64, ranks: u32 },
+    Collective {
+        bytes: u64,
+        ranks: u32,
+    },
     /// A point-to-point copy of `bytes`.
-    Transfer { bytes: u64 },
+    Transfer {
+        bytes: u64,
+    },
 }
 
 /// One operator instance: what it is and exactly how much work it does on one GPU.

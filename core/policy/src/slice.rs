@@ -76,7 +76,8 @@ impl Policy for Slice {
                     let f = self.finish(view, r, h.group);
                     // Borrow only when it clearly wins, and never into a GPU whose
                     // owner needs it before the op would be done.
-                    let owner_ok = view.deployment.group(h.group).gpus.iter().all(|g| view.gpu_owner_need_ns[g.0 as usize] >= f);
+                    let owner_ok =
+                        view.deployment.group(h.group).gpus.iter().all(|g| view.gpu_owner_need_ns[g.0 as usize] >= f);
                     if owner_ok && f + 2_000 < best.0 {
                         best = (f, h.group);
                     }
@@ -94,7 +95,11 @@ impl Policy for Slice {
             return false;
         }
         // Another micro-batch only pays when some group holding the weights is spare.
-        view.deployment.homes.iter().filter(|h| h.tenant == inst.tenant && h.group != inst.group).any(|h| self.spare(view, h.group))
+        view.deployment
+            .homes
+            .iter()
+            .filter(|h| h.tenant == inst.tenant && h.group != inst.group)
+            .any(|h| self.spare(view, h.group))
     }
 }
 

@@ -35,7 +35,8 @@ pub fn write_replay(dir: &Path, result: &ReplayResult, tenant_names: &[String]) 
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut written = Vec::new();
     let summary = dir.join("summary.json");
-    let json = serde_json::to_vec_pretty(&result.summary).map_err(|e| ReportError::Write { path: summary.display().to_string(), msg: e.to_string() })?;
+    let json = serde_json::to_vec_pretty(&result.summary)
+        .map_err(|e| ReportError::Write { path: summary.display().to_string(), msg: e.to_string() })?;
     write_atomic(&summary, &json)?;
     written.push(summary);
 
@@ -43,8 +44,19 @@ pub fn write_replay(dir: &Path, result: &ReplayResult, tenant_names: &[String]) 
     let mut w = csv::Writer::from_writer(Vec::new());
     let csv_err = |e: csv::Error| ReportError::Write { path: csv_path.display().to_string(), msg: e.to_string() };
     w.write_record([
-        "id", "tenant", "arrival_s", "prompt_tokens", "output_tokens", "ttft_ms", "tpot_ms", "e2e_ms", "ttft_target_ms",
-        "tpot_target_ms", "violated", "preemptions", "dropped",
+        "id",
+        "tenant",
+        "arrival_s",
+        "prompt_tokens",
+        "output_tokens",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "ttft_target_ms",
+        "tpot_target_ms",
+        "violated",
+        "preemptions",
+        "dropped",
     ])
     .map_err(csv_err)?;
     let ms = |v: Option<u64>| v.map(|x| format!("{:.3}", x as f64 / 1e6)).unwrap_or_default();
@@ -66,11 +78,13 @@ pub fn write_replay(dir: &Path, result: &ReplayResult, tenant_names: &[String]) 
         ])
         .map_err(|e| ReportError::Write { path: csv_path.display().to_string(), msg: e.to_string() })?;
     }
-    let bytes = w.into_inner().map_err(|e| ReportError::Write { path: csv_path.display().to_string(), msg: e.to_string() })?;
+    let bytes =
+        w.into_inner().map_err(|e| ReportError::Write { path: csv_path.display().to_string(), msg: e.to_string() })?;
     write_atomic(&csv_path, &bytes)?;
     written.push(csv_path);
 
-    let plots = write_plots(dir, result, tenant_names).map_err(|e| ReportError::Write { path: dir.display().to_string(), msg: e.to_string() })?;
+    let plots = write_plots(dir, result, tenant_names)
+        .map_err(|e| ReportError::Write { path: dir.display().to_string(), msg: e.to_string() })?;
     written.extend(plots);
     Ok(written)
 }

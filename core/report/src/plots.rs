@@ -31,7 +31,10 @@ pub(crate) const PALETTE: [RGBColor; 10] = [
 
 /// Averages `v` over windows of `w` buckets (plots of per-second counters are noise).
 fn smooth(v: &[u64], w: usize) -> Vec<(f64, f64)> {
-    v.chunks(w.max(1)).enumerate().map(|(i, c)| ((i * w) as f64, c.iter().sum::<u64>() as f64 / c.len() as f64)).collect()
+    v.chunks(w.max(1))
+        .enumerate()
+        .map(|(i, c)| ((i * w) as f64, c.iter().sum::<u64>() as f64 / c.len() as f64))
+        .collect()
 }
 
 pub fn write_plots(dir: &Path, r: &ReplayResult, _tenants: &[String]) -> Result<Vec<PathBuf>, PlotError> {
@@ -50,7 +53,10 @@ fn throughput(dir: &Path, r: &ReplayResult) -> Result<PathBuf, PlotError> {
     let root = SVGBackend::new(&path, (900, 400)).into_drawing_area();
     root.fill(&WHITE).map_err(&e)?;
     let mut c = ChartBuilder::on(&root)
-        .caption(format!("{} · {}: token throughput ({w} s average)", r.summary.scenario, r.summary.policy), ("sans-serif", 18))
+        .caption(
+            format!("{} · {}: token throughput ({w} s average)", r.summary.scenario, r.summary.policy),
+            ("sans-serif", 18),
+        )
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(70)
@@ -74,7 +80,12 @@ fn cdf(mut v: Vec<f64>) -> Vec<(f64, f64)> {
     v.sort_by(f64::total_cmp);
     let n = v.len().max(1) as f64;
     let step = (v.len() / 500).max(1);
-    v.iter().enumerate().step_by(step).map(|(i, x)| (*x, (i + 1) as f64 / n)).chain(v.last().map(|x| (*x, 1.0))).collect()
+    v.iter()
+        .enumerate()
+        .step_by(step)
+        .map(|(i, x)| (*x, (i + 1) as f64 / n))
+        .chain(v.last().map(|x| (*x, 1.0)))
+        .collect()
 }
 
 fn latency_cdfs(dir: &Path, r: &ReplayResult) -> Result<PathBuf, PlotError> {
@@ -114,7 +125,10 @@ fn gpu_timeline(dir: &Path, r: &ReplayResult) -> Result<PathBuf, PlotError> {
     let root = SVGBackend::new(&path, (1000, 60 + 28 * n_gpu as u32 + 40)).into_drawing_area();
     root.fill(&WHITE).map_err(&e)?;
     let mut c = ChartBuilder::on(&root)
-        .caption(format!("busy fraction per GPU over time ({} · {})", r.summary.scenario, r.summary.policy), ("sans-serif", 16))
+        .caption(
+            format!("busy fraction per GPU over time ({} · {})", r.summary.scenario, r.summary.policy),
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)

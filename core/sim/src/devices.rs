@@ -89,7 +89,11 @@ impl Devices {
             })
             .collect();
         let owners = |g: &slicesched_gmg::Group| -> Vec<TenantId> {
-            dep.homes.iter().filter(|h| h.is_home && dep.group(h.group).gpus.iter().any(|x| g.gpus.contains(x))).map(|h| h.tenant).collect()
+            dep.homes
+                .iter()
+                .filter(|h| h.is_home && dep.group(h.group).gpus.iter().any(|x| g.gpus.contains(x)))
+                .map(|h| h.tenant)
+                .collect()
         };
         let mut queues = Vec::new();
         if spatial {
@@ -106,25 +110,47 @@ impl Devices {
             }
             // One queue per (group, tenant with weights on it), in deployment order.
             for g in &dep.groups {
-                let mut tenants: Vec<TenantId> = dep.homes.iter().filter(|h| h.group == g.id).map(|h| h.tenant).collect();
+                let mut tenants: Vec<TenantId> =
+                    dep.homes.iter().filter(|h| h.group == g.id).map(|h| h.tenant).collect();
                 tenants.dedup();
                 for t in tenants {
                     let gi: Vec<usize> = g.gpus.iter().map(|x| x.0 as usize).collect();
-                    let lanes = gi.iter().map(|&x| gpus[x].lanes_of.iter().position(|&o| o == t).expect("lane")).collect();
-                    queues.push(QueueRt { group: g.id, gpus: gi, lanes, queue: BinaryHeap::new(), queued_ns: 0, overlapping: Vec::new(), owners: owners(g) });
+                    let lanes =
+                        gi.iter().map(|&x| gpus[x].lanes_of.iter().position(|&o| o == t).expect("lane")).collect();
+                    queues.push(QueueRt {
+                        group: g.id,
+                        gpus: gi,
+                        lanes,
+                        queue: BinaryHeap::new(),
+                        queued_ns: 0,
+                        overlapping: Vec::new(),
+                        owners: owners(g),
+                    });
                 }
             }
         } else {
             for g in &dep.groups {
                 let gi: Vec<usize> = g.gpus.iter().map(|x| x.0 as usize).collect();
                 let lanes = vec![0; gi.len()];
-                queues.push(QueueRt { group: g.id, gpus: gi, lanes, queue: BinaryHeap::new(), queued_ns: 0, overlapping: Vec::new(), owners: owners(g) });
+                queues.push(QueueRt {
+                    group: g.id,
+                    gpus: gi,
+                    lanes,
+                    queue: BinaryHeap::new(),
+                    queued_ns: 0,
+                    overlapping: Vec::new(),
+                    owners: owners(g),
+                });
             }
         }
         for i in 0..queues.len() {
             let overlapping = (0..queues.len())
                 .filter(|&j| {
-                    queues[i].gpus.iter().zip(&queues[i].lanes).any(|(g, l)| queues[j].gpus.iter().zip(&queues[j].lanes).any(|(h, m)| g == h && l == m))
+                    queues[i]
+                        .gpus
+                        .iter()
+                        .zip(&queues[i].lanes)
+                        .any(|(g, l)| queues[j].gpus.iter().zip(&queues[j].lanes).any(|(h, m)| g == h && l == m))
                 })
                 .collect();
             queues[i].overlapping = overlapping;
@@ -137,7 +163,8 @@ impl Devices {
         if !self.spatial {
             return group.index();
         }
-        let x = self.queues.iter().position(|q| q.group == group && self.gpus[q.gpus[0]].lanes_of[q.lanes[0]] == tenant);
+        let x =
+            self.queues.iter().position(|q| q.group == group && self.gpus[q.gpus[0]].lanes_of[q.lanes[0]] == tenant);
         // Ops of a tenant without weights on the group are refused before they get here.
         x.unwrap_or_else(|| self.queues.iter().position(|q| q.group == group).expect("group has a queue"))
     }
@@ -181,7 +208,12 @@ impl Devices {
     /// Other lanes busy on the queue's GPUs (the most on any one of them).
     pub fn others_busy(&self, q: usize) -> u32 {
         let qr = &self.queues[q];
-        qr.gpus.iter().zip(&qr.lanes).map(|(&g, &l)| self.gpus[g].busy_lanes - self.gpus[g].lane_busy[l] as u32).max().unwrap_or(0)
+        qr.gpus
+            .iter()
+            .zip(&qr.lanes)
+            .map(|(&g, &l)| self.gpus[g].busy_lanes - self.gpus[g].lane_busy[l] as u32)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Marks the queue's lanes busy from `now` until `end`, closing idle gaps.
@@ -218,4 +250,3 @@ impl Devices {
         }
     }
 }
-

@@ -18,7 +18,10 @@ mod replay;
 mod scenario;
 mod summary;
 
-pub use metrics::{gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing, GAP_BUCKETS, SERIES_BUCKET_NS};
+pub use metrics::{
+    gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
+    GAP_BUCKETS, SERIES_BUCKET_NS,
+};
 pub use planner::{plan, PlannerSpec, ReplicaMode};
 pub use replay::{replay, Progress, ReplayOptions, ReplayResult};
-pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSpec, TenantSetup};
+pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};

@@ -114,7 +114,6 @@ impl Sim<'_> {
         }
     }
 
-
     /// Refreshes the per-instance figures (for `admit` and `route`).
     pub(crate) fn build_instance_views(&mut self) {
         self.inst_views.clear();
@@ -248,13 +247,16 @@ impl Sim<'_> {
         let (xfer_ns, xfer_bytes) = self.transfer(r.op, group);
         let need = r.out_bytes + xfer_bytes;
         let gpus = &dep.group(group).gpus;
-        if gpus.iter().any(|g| self.stats.guest_bytes[g.0 as usize] + need > self.scn.guest_reserve.get(g.0 as usize).copied().unwrap_or(0)) {
+        if gpus.iter().any(|g| {
+            self.stats.guest_bytes[g.0 as usize] + need > self.scn.guest_reserve.get(g.0 as usize).copied().unwrap_or(0)
+        }) {
             return Some("guest memory reserve exhausted");
         }
         // SLA protection: the borrowed op must be done before the owner needs its GPU,
         // give or take a tenth of the owner's TPOT target.
         let dur = self.duration(r.op, group);
-        let start = gpus.iter().map(|g| self.busy_until[g.0 as usize] + self.queued_ns[g.0 as usize]).max().unwrap_or(self.now);
+        let start =
+            gpus.iter().map(|g| self.busy_until[g.0 as usize] + self.queued_ns[g.0 as usize]).max().unwrap_or(self.now);
         let finish = start.max(self.now + xfer_ns) + dur;
         for g in gpus {
             if let Some(owner) = dep.owner_of(*g) {
@@ -278,13 +280,16 @@ impl Sim<'_> {
         let mut out = self.whatif_scratch.take();
         let verdict = match tl.what_if(std::slice::from_ref(&cand), &mut out) {
             Err(_) => Some("what-if refused the candidate"),
-            Ok(()) if !out.candidates.first().is_some_and(|c| c.fits) => Some("what-if: predicted peak memory over capacity"),
+            Ok(()) if !out.candidates.first().is_some_and(|c| c.fits) => {
+                Some("what-if: predicted peak memory over capacity")
+            }
             Ok(()) => {
                 let owners = &self.dev.queues[self.dev.queue_of(group, r.tenant)].owners;
                 out.tenant_delays.iter().find_map(|&(t, delay)| {
                     let t = TenantId(t);
                     let guard = self.scn.tenants[t.index()].sla.tpot_target_ns() / 10;
-                    (t != r.tenant && owners.contains(&t) && delay > guard).then_some("what-if: delays the GPU's owner past its guard")
+                    (t != r.tenant && owners.contains(&t) && delay > guard)
+                        .then_some("what-if: delays the GPU's owner past its guard")
                 })
             }
         };
@@ -293,7 +298,17 @@ impl Sim<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn candidate(&self, op: OpId, tenant: TenantId, group: GroupId, dur: u64, prio: i32, ready: u64, mem: u64, key: u64) -> slicesched_whatif::Candidate {
+    fn candidate(
+        &self,
+        op: OpId,
+        tenant: TenantId,
+        group: GroupId,
+        dur: u64,
+        prio: i32,
+        ready: u64,
+        mem: u64,
+        key: u64,
+    ) -> slicesched_whatif::Candidate {
         slicesched_whatif::Candidate {
             key: slicesched_whatif::OpKey(key),
             gpus: self.scn.deployment.group(group).gpus.iter().map(|g| g.0).collect(),
@@ -392,7 +407,9 @@ impl Sim<'_> {
         let tenant = self.gmg.op(op).tenant;
         let switch = self.policy.context_switch_ns();
         let mut d = dur;
-        if switch > 0 && self.dev.queues[q].gpus.iter().any(|&g| self.dev.gpus[g].last_tenant.is_some_and(|t| t != tenant)) {
+        if switch > 0
+            && self.dev.queues[q].gpus.iter().any(|&g| self.dev.gpus[g].last_tenant.is_some_and(|t| t != tenant))
+        {
             d += switch;
         }
         let lanes = self.dev.queues[q].gpus.iter().map(|&g| self.dev.gpus[g].lanes()).max().unwrap_or(1);
@@ -407,7 +424,8 @@ impl Sim<'_> {
             // A kernel on a fraction s of the SMs computes s as fast; half the SMs
             // already saturate HBM; busy neighbours split the bandwidth.
             let others = self.dev.others_busy(q) as f64;
-            let slow = compute / share + (1.0 - compute) * (1.0 / (2.0 * share).min(1.0)) * (1.0 + others / lanes as f64);
+            let slow =
+                compute / share + (1.0 - compute) * (1.0 / (2.0 * share).min(1.0)) * (1.0 + others / lanes as f64);
             d = (d as f64 * slow) as u64;
         }
         d

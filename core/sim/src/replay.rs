@@ -264,8 +264,13 @@ impl Sim<'_> {
                 baseline[g.0 as usize] += self.scn.tenants[h.tenant.index()].activation_reserve;
             }
         }
-        let capacity =
-            self.scn.cluster.gpus.iter().map(|g| g.sku.memory - self.scn.unusable_bytes(g.sku.memory).min(g.sku.memory)).collect();
+        let capacity = self
+            .scn
+            .cluster
+            .gpus
+            .iter()
+            .map(|g| g.sku.memory - self.scn.unusable_bytes(g.sku.memory).min(g.sku.memory))
+            .collect();
         slicesched_whatif::Timeline::new(n, baseline, capacity).expect("one entry per GPU")
     }
 

@@ -123,7 +123,8 @@ impl Scenario {
     pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { path: p.clone(), source })?;
-        let spec: ScenarioSpec = toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p.clone(), msg: e.to_string() })?;
+        let spec: ScenarioSpec =
+            toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p.clone(), msg: e.to_string() })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Self::from_spec(spec, path, base)
     }
@@ -170,7 +171,10 @@ impl Scenario {
             t.sla.check().map_err(|e| field(tf("sla"), e))?;
             let engine = t.engine.unwrap_or(spec.engine);
             if engine.max_batched_tokens == 0 || engine.max_num_seqs == 0 || engine.block_size == 0 {
-                return Err(field(tf("engine"), "max_batched_tokens, max_num_seqs and block_size must be positive".into()));
+                return Err(field(
+                    tf("engine"),
+                    "max_batched_tokens, max_num_seqs and block_size must be positive".into(),
+                ));
             }
             let group = deployment.group_for(&gpus);
             let tp = gpus.len() as u32;
@@ -183,7 +187,15 @@ impl Scenario {
                 kv_blocks: 0,
             });
             let activation_reserve = peak_activation_bytes(&model, tp, engine.max_batched_tokens);
-            tenants.push(TenantSetup { name: t.name.clone(), model, gpus, sla: t.sla, engine, kv_blocks: 0, activation_reserve });
+            tenants.push(TenantSetup {
+                name: t.name.clone(),
+                model,
+                gpus,
+                sla: t.sla,
+                engine,
+                kv_blocks: 0,
+                activation_reserve,
+            });
         }
         spec.planner.check().map_err(|e| field("planner".into(), e))?;
         let guest_reserve = vec![0; cluster.len()];
@@ -210,7 +222,17 @@ impl Scenario {
             requests.extend(loaded.requests.into_iter().map(|r| (i as u32, r)));
         }
         requests.sort_by_key(|(t, r)| (r.arrival_ns, *t));
-        Ok(Self { spec, path: path.to_path_buf(), cluster, tenants, deployment, requests, skipped, memory: mem, guest_reserve })
+        Ok(Self {
+            spec,
+            path: path.to_path_buf(),
+            cluster,
+            tenants,
+            deployment,
+            requests,
+            skipped,
+            memory: mem,
+            guest_reserve,
+        })
     }
 
     /// The same scenario with every tenant's arrival rate multiplied by `scale`:
@@ -251,7 +273,8 @@ fn unusable(capacity: u64, mem: MemorySpec) -> u64 {
 
 /// Peak live activation bytes of one iteration executed op by op, at the full budget.
 pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -> u64 {
-    let batch = IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: true }], decodes: vec![] };
+    let batch =
+        IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: true }], decodes: vec![] };
     let dag = model.iteration_dag(&batch, tp);
     // One layer's worth is enough: every layer's live set is the same.
     let n = (dag.head.len() + 2 * dag.layer.len()).min(dag.len() as usize) as u32;
@@ -304,8 +327,17 @@ pub(crate) fn size_kv_caches(
         let acts: u64 = residents[g].iter().map(|&i| tenants[dep.homes[i].tenant.index()].activation_reserve).sum();
         let need = weights + acts + guest_reserve.get(g).copied().unwrap_or(0);
         if need >= usable && !residents[g].is_empty() {
-            let names = residents[g].iter().map(|&i| tenants[dep.homes[i].tenant.index()].name.as_str()).collect::<Vec<_>>().join(", ");
-            return Err(DeploymentError::DoesNotFit { gpu: g as u32, need_gb: need as f64 / 1e9, cap_gb: usable as f64 / 1e9, tenants: names });
+            let names = residents[g]
+                .iter()
+                .map(|&i| tenants[dep.homes[i].tenant.index()].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(DeploymentError::DoesNotFit {
+                gpu: g as u32,
+                need_gb: need as f64 / 1e9,
+                cap_gb: usable as f64 / 1e9,
+                tenants: names,
+            });
         }
         share[g] = usable.saturating_sub(need) / residents[g].len().max(1) as u64;
     }

@@ -1,8 +1,8 @@
 //! The replay's summary: per-request, per-tenant and per-GPU figures.
 
 use crate::metrics::{quantile_ms, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, Timing};
-use slicesched_hw::GpuId;
 use crate::replay::Sim;
+use slicesched_hw::GpuId;
 
 impl Sim<'_> {
     pub(crate) fn summarize(&self, end: u64) -> Summary {
@@ -43,7 +43,8 @@ impl Sim<'_> {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let (n, done, dropped, vr, pts, ots, ttft, tpot) = stats(&mut self.records.iter().filter(|r| r.tenant as usize == i));
+                let (n, done, dropped, vr, pts, ots, ttft, tpot) =
+                    stats(&mut self.records.iter().filter(|r| r.tenant as usize == i));
                 TenantStats {
                     name: t.name.clone(),
                     model: t.model.name.clone(),
@@ -61,7 +62,10 @@ impl Sim<'_> {
                     tpot_p50_ms: tpot[0],
                     tpot_p90_ms: tpot[1],
                     tpot_p99_ms: tpot[2],
-                    preemptions: self.tenant_insts[i].iter().map(|&k| self.insts[k as usize].engine.preemptions()).sum(),
+                    preemptions: self.tenant_insts[i]
+                        .iter()
+                        .map(|&k| self.insts[k as usize].engine.preemptions())
+                        .sum(),
                     sla_ttft_ms: t.sla.ttft_ms,
                     sla_ttft_ms_per_1k: t.sla.ttft_ms_per_1k,
                     sla_tpot_ms: t.sla.tpot_ms,
@@ -97,7 +101,14 @@ impl Sim<'_> {
                         .homes
                         .iter()
                         .filter(|h| dep.group(h.group).gpus.contains(&GpuId(i as u32)))
-                        .map(|h| (!h.is_home, self.scn.tenants[h.tenant.index()].name.clone(), h.layers, h.weight_bytes_per_gpu as f64 / 1e9))
+                        .map(|h| {
+                            (
+                                !h.is_home,
+                                self.scn.tenants[h.tenant.index()].name.clone(),
+                                h.layers,
+                                h.weight_bytes_per_gpu as f64 / 1e9,
+                            )
+                        })
                         .collect();
                     w.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
                     w.into_iter().map(|(_, n, l, gb)| (n, l, gb)).collect()

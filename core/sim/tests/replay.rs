@@ -56,7 +56,11 @@ fn one_request(prompt: u32, output: u32, tp_gpus: &str) -> String {
     let dir = std::env::temp_dir().join(format!("slicesched-one-{}-{prompt}-{output}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let csv = dir.join("one.csv");
-    std::fs::write(&csv, format!("TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:00:00.0000000,{prompt},{output}")).unwrap();
+    std::fs::write(
+        &csv,
+        format!("TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:00:00.0000000,{prompt},{output}"),
+    )
+    .unwrap();
     format!(
         r#"
 name = "one"
@@ -80,7 +84,8 @@ trace = {{ kind = "azure", path = "{}" }}
 fn prefill_ns(prompt: u32, scn: &slicesched_sim::Scenario) -> u64 {
     let t = &scn.tenants[0];
     let model = ModelConfig::preset("llama-3-8b").unwrap();
-    let batch = IterationBatch { prefills: vec![PrefillItem { chunk: prompt, prior_kv: 0, samples: true }], decodes: vec![] };
+    let batch =
+        IterationBatch { prefills: vec![PrefillItem { chunk: prompt, prior_kv: 0, samples: true }], decodes: vec![] };
     let tp = t.gpus.len() as u32;
     let dag = model.iteration_dag(&batch, tp);
     let ctx = DeviceCtx { sku: scn.cluster.gpu(t.gpus[0]).sku.clone(), group_link: scn.cluster.group_link(&t.gpus) };

@@ -94,7 +94,9 @@ fn unknown_fields_and_syntax_errors_point_at_the_line() {
 
 #[test]
 fn bad_trace_is_named() {
-    let e = scenario_err(&with("llama-2-7b", "[0]").replace(r#"kind = "poisson", rate = 1.0"#, r#"kind = "azure", path = "nope.csv""#));
+    let e = scenario_err(
+        &with("llama-2-7b", "[0]").replace(r#"kind = "poisson", rate = 1.0"#, r#"kind = "azure", path = "nope.csv""#),
+    );
     assert!(e.contains("tenants[0] (a).trace") && e.contains("nope.csv"), "{e}");
 }
 

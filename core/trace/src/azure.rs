@@ -31,9 +31,7 @@ pub fn parse_timestamp(s: &str) -> Option<i64> {
 }
 
 fn parse_naive(s: &str) -> Option<NaiveDateTime> {
-    ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+    ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"].iter().find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
 }
 
 fn parse_zoned(s: &str) -> Option<NaiveDateTime> {
@@ -46,11 +44,8 @@ fn parse_zoned(s: &str) -> Option<NaiveDateTime> {
 pub fn parse<R: std::io::Read>(r: R, label: &str) -> Result<Loaded, TraceError> {
     let mut rdr = csv_reader(r);
     let h = headers(&mut rdr, label)?;
-    let (ct, cp, co) = (
-        find_column(&h, COL_TIME, label)?,
-        find_column(&h, COL_PROMPT, label)?,
-        find_column(&h, COL_OUTPUT, label)?,
-    );
+    let (ct, cp, co) =
+        (find_column(&h, COL_TIME, label)?, find_column(&h, COL_PROMPT, label)?, find_column(&h, COL_OUTPUT, label)?);
     let mut rows = Vec::new();
     let mut rec = csv::StringRecord::new();
     while rdr.read_record(&mut rec).map_err(|e| csv_err(e, label))? {

@@ -30,9 +30,8 @@ pub fn parse<R: std::io::Read>(r: R, label: &str) -> Result<Loaded, TraceError> 
         }
         skipped.rows_read += 1;
         let ts = cell(&rec, ct, COL_TIME, label, line)?;
-        let secs: f64 = ts
-            .parse()
-            .map_err(|_| row_err(label, line, COL_TIME, format!("not a number of seconds: {ts:?}")))?;
+        let secs: f64 =
+            ts.parse().map_err(|_| row_err(label, line, COL_TIME, format!("not a number of seconds: {ts:?}")))?;
         let t = seconds_to_ns(secs, COL_TIME, label, line)?;
         let model = cell(&rec, cm, COL_MODEL, label, line)?;
         if model.is_empty() {

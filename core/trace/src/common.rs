@@ -26,11 +26,7 @@ pub fn csv_reader<R: std::io::Read>(r: R) -> csv::Reader<R> {
     // `\n` only as terminator: with the default CRLF handling csv-core reports wrong
     // line numbers for CRLF files (Azure's layout); the stray `\r` ends up at the end
     // of the last cell, and every cell is trimmed.
-    csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .terminator(csv::Terminator::Any(b'\n'))
-        .from_reader(r)
+    csv::ReaderBuilder::new().has_headers(true).flexible(true).terminator(csv::Terminator::Any(b'\n')).from_reader(r)
 }
 
 pub fn csv_err(e: csv::Error, label: &str) -> TraceError {
@@ -54,16 +50,20 @@ pub fn headers(rdr: &mut csv::Reader<impl std::io::Read>, label: &str) -> Result
 }
 
 /// The cell of a named column; a short row is a missing-field error.
-pub fn cell<'r>(rec: &'r csv::StringRecord, idx: usize, field: &str, label: &str, line: u64) -> Result<&'r str, TraceError> {
+pub fn cell<'r>(
+    rec: &'r csv::StringRecord,
+    idx: usize,
+    field: &str,
+    label: &str,
+    line: u64,
+) -> Result<&'r str, TraceError> {
     rec.get(idx).map(str::trim).ok_or_else(|| row_err(label, line, field, "missing value (row too short)"))
 }
 
 /// Parses a token count; zero is returned as 0 so callers decide whether it is an
 /// error or a failed row the format expects.
 pub fn tokens(s: &str, field: &str, label: &str, line: u64) -> Result<u32, TraceError> {
-    let v: i64 = s
-        .parse()
-        .map_err(|_| row_err(label, line, field, format!("not an integer token count: {s:?}")))?;
+    let v: i64 = s.parse().map_err(|_| row_err(label, line, field, format!("not an integer token count: {s:?}")))?;
     if v < 0 {
         return Err(row_err(label, line, field, format!("negative token count {v}")));
     }

@@ -6,9 +6,9 @@
 //! Every parser sorts rows stably by time and rebases arrivals so the first request
 //! arrives at 0, so every transform in [`spec`] sees the same shape of input.
 
-mod common;
 pub mod azure;
 pub mod burstgpt;
+mod common;
 pub mod mooncake;
 pub mod spec;
 pub mod synth;

@@ -31,8 +31,8 @@ pub fn parse<R: BufRead>(mut r: R, label: &str) -> Result<Loaded, TraceError> {
         if text.is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_slice(text)
-            .map_err(|e| row_err(label, line, "<json>", format!("invalid JSON: {e}")))?;
+        let v: Value =
+            serde_json::from_slice(text).map_err(|e| row_err(label, line, "<json>", format!("invalid JSON: {e}")))?;
         rows.push(row(&v, label, line)?);
     }
     let skipped = Skipped { rows_read: rows.len() as u64, ..Default::default() };

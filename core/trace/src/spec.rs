@@ -167,7 +167,9 @@ impl TraceSpec {
             return Err(spec_err(format!("kind {:?} needs `path`", self.kind)));
         }
         let nonneg = |name: &str, v: Option<f64>| match v {
-            Some(x) if !(x.is_finite() && x >= 0.0) => Err(spec_err(format!("`{name}` must be finite and >= 0, got {x}"))),
+            Some(x) if !(x.is_finite() && x >= 0.0) => {
+                Err(spec_err(format!("`{name}` must be finite and >= 0, got {x}")))
+            }
             _ => Ok(()),
         };
         nonneg("offset_s", self.offset_s)?;
@@ -180,7 +182,10 @@ impl TraceSpec {
         }
         if let Some(sp) = &self.split {
             if sp.parts == 0 || sp.part >= sp.parts {
-                return Err(spec_err(format!("`split` needs parts >= 1 and part < parts, got {}/{}", sp.part, sp.parts)));
+                return Err(spec_err(format!(
+                    "`split` needs parts >= 1 and part < parts, got {}/{}",
+                    sp.part, sp.parts
+                )));
             }
         }
         Ok(())
@@ -188,7 +193,8 @@ impl TraceSpec {
 
     /// The synthetic arrival process, or `None` for file kinds.
     fn arrivals(&self) -> Result<Option<Arrivals>, TraceError> {
-        let need = |name: &str, v: Option<f64>| v.ok_or_else(|| spec_err(format!("kind {:?} needs `{name}`", self.kind)));
+        let need =
+            |name: &str, v: Option<f64>| v.ok_or_else(|| spec_err(format!("kind {:?} needs `{name}`", self.kind)));
         let scale = self.rate_scale.unwrap_or(1.0);
         Ok(Some(match self.kind {
             TraceKind::Poisson => Arrivals::Poisson { rate: need("rate", self.rate)? * scale },

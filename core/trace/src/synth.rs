@@ -27,13 +27,7 @@ pub enum LengthDist {
     Uniform { min: u32, max: u32 },
     /// Lognormal given either `median` and `p90`, or `mean` (of the lengths) and
     /// `sigma` (of their logarithm); `max` defaults to [`DEFAULT_MAX_LEN`].
-    Lognormal {
-        median: Option<f64>,
-        p90: Option<f64>,
-        mean: Option<f64>,
-        sigma: Option<f64>,
-        max: Option<u32>,
-    },
+    Lognormal { median: Option<f64>, p90: Option<f64>, mean: Option<f64>, sigma: Option<f64>, max: Option<u32> },
 }
 
 impl LengthDist {
@@ -100,12 +94,22 @@ impl Sampler {
 /// An arrival process; rates are requests per second.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arrivals {
-    Poisson { rate: f64 },
+    Poisson {
+        rate: f64,
+    },
     /// Renewal process with Gamma gaps: shape 1/CV², mean 1/rate; CV 0 is a fixed gap.
-    Gamma { rate: f64, cv: f64 },
+    Gamma {
+        rate: f64,
+        cv: f64,
+    },
     /// Alternating ON/OFF periods with exponential lengths, Poisson arrivals at
     /// `rate_on` / `rate_off` within them (bursts uncorrelated with any other stream).
-    OnOff { rate_on: f64, rate_off: f64, mean_on_s: f64, mean_off_s: f64 },
+    OnOff {
+        rate_on: f64,
+        rate_off: f64,
+        mean_on_s: f64,
+        mean_off_s: f64,
+    },
 }
 
 impl Arrivals {
@@ -219,8 +223,5 @@ pub fn generate(
     let times = arrivals.times(seed, duration_s)?;
     let mut rp = ChaCha8Rng::seed_from_u64(mix(seed, 0xB6));
     let mut ro = ChaCha8Rng::seed_from_u64(mix(seed, 0xC7));
-    Ok(times
-        .into_iter()
-        .map(|t| Request::new((t * 1e9) as u64, ps.sample(&mut rp), os.sample(&mut ro)))
-        .collect())
+    Ok(times.into_iter().map(|t| Request::new((t * 1e9) as u64, ps.sample(&mut rp), os.sample(&mut ro))).collect())
 }

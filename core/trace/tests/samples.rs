@@ -24,10 +24,7 @@ fn azure_sample_exact() {
 fn burstgpt_sample_skips_and_counts_failed_row() {
     let l = load_file(&fixtures().join("burstgpt_sample.csv"), Format::Burstgpt).unwrap();
     let s = 1_000_000_000;
-    assert_eq!(
-        tuples(&l.requests),
-        vec![(0, 512, 120), (0, 1400, 310), (14 * s, 88, 402), (22 * s, 2048, 17)]
-    );
+    assert_eq!(tuples(&l.requests), vec![(0, 512, 120), (0, 1400, 310), (14 * s, 88, 402), (22 * s, 2048, 17)]);
     let keys: Vec<_> = l.requests.iter().map(|r| r.key.clone().unwrap()).collect();
     assert_eq!(keys, ["ChatGPT", "GPT-4", "ChatGPT", "GPT-4"]);
     assert_eq!(l.skipped.rows_read, 5);
@@ -107,10 +104,7 @@ fn offset_wraps_around() {
     spec.offset_s = Some(2.0);
     spec.window_s = Some(2.0);
     let l = spec.load(&fixtures(), 0, 100.0).unwrap();
-    assert_eq!(
-        tuples(&l.requests),
-        vec![(250_000_000, 7400, 9), (1_375_000_000, 1200, 40), (1_875_000_000, 300, 12)]
-    );
+    assert_eq!(tuples(&l.requests), vec![(250_000_000, 7400, 9), (1_375_000_000, 1200, 40), (1_875_000_000, 300, 12)]);
 }
 
 #[test]

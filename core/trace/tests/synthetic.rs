@@ -92,7 +92,8 @@ fn rate_scale_multiplies_synthetic_rates() {
 #[test]
 fn lengths_follow_median_and_p90_and_clamp() {
     let arr = Arrivals::Poisson { rate: 100.0 };
-    let prompt = LengthDist::Lognormal { median: Some(1000.0), p90: Some(4000.0), mean: None, sigma: None, max: Some(5000) };
+    let prompt =
+        LengthDist::Lognormal { median: Some(1000.0), p90: Some(4000.0), mean: None, sigma: None, max: Some(5000) };
     let output = LengthDist::Lognormal { median: None, p90: None, mean: Some(200.0), sigma: Some(1.0), max: None };
     let r = generate(&arr, &prompt, &output, 2, 200.0).unwrap();
     let mut p: Vec<u32> = r.iter().map(|x| x.prompt_tokens).collect();

@@ -6,7 +6,8 @@ use std::path::Path;
 
 pub fn scenario(toml_text: &str) -> Scenario {
     let spec: ScenarioSpec = toml::from_str(toml_text).expect("test scenario parses");
-    Scenario::from_spec(spec, Path::new("test.toml"), Path::new(env!("CARGO_MANIFEST_DIR"))).expect("test scenario loads")
+    Scenario::from_spec(spec, Path::new("test.toml"), Path::new(env!("CARGO_MANIFEST_DIR")))
+        .expect("test scenario loads")
 }
 
 pub fn scenario_err(toml_text: &str) -> String {
