@@ -1,9 +1,8 @@
 //! `slicesched compare`: every policy on the same scenario at the same load, side by
 //! side, and how much of `dedicated`'s idle GPU time the others filled.
 
-use anyhow::{bail, Context, Result};
-use slicesched_cost::CostModel;
-use slicesched_sim::{replay, ReplayOptions, Scenario, Summary};
+use anyhow::{Context, Result};
+use slicesched_sim::{ReplayOptions, Scenario, Summary};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -55,16 +54,7 @@ struct PolicyRow {
 
 pub fn run(a: Args) -> Result<()> {
     let scenario = Scenario::from_file(&a.scenario).with_context(|| format!("loading {}", a.scenario.display()))?;
-    let policies: Vec<String> = if a.policies.is_empty() {
-        slicesched_policy::BUILTIN.iter().map(|s| s.to_string()).collect()
-    } else {
-        a.policies.clone()
-    };
-    for p in &policies {
-        if slicesched_policy::builtin(p).is_none() {
-            bail!("unknown policy `{p}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
-        }
-    }
+    let policies = crate::policies::resolve(&a.policies)?;
     let scaled = scenario.with_rate_scale(a.rate_scale);
     let results: Mutex<Vec<(usize, Summary)>> = Mutex::new(Vec::new());
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -76,17 +66,7 @@ pub fn run(a: Args) -> Result<()> {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let Some(name) = policies.get(i) else { return Ok(()) };
-                    let mut pol = slicesched_policy::builtin(name).expect("checked");
-                    let planned = slicesched_sim::plan(&scaled, pol.replicas())?;
-                    let t0 = std::time::Instant::now();
-                    let mut r = replay(
-                        &planned,
-                        pol.as_mut(),
-                        CostModel::default_a100(),
-                        ReplayOptions::default(),
-                        &mut |_| {},
-                    );
-                    r.summary.timing.sim_wall_s = t0.elapsed().as_secs_f64();
+                    let r = crate::policies::replay_policy(&scaled, name, ReplayOptions::default(), &mut |_| {})?;
                     eprintln!("{name}: done in {:.1} s", r.summary.timing.sim_wall_s);
                     results.lock().expect("no panics holding it").push((i, r.summary));
                 }

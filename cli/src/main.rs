@@ -3,6 +3,7 @@
 mod bench;
 mod compare;
 mod cost;
+mod policies;
 mod replay;
 mod search;
 mod sweep;

@@ -2,11 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use slicesched_cost::CostModel;
-use slicesched_sim::{replay, ReplayOptions, ReplayResult, Scenario};
+use slicesched_sim::{ReplayOptions, ReplayResult, Scenario};
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,21 +22,14 @@ pub struct Args {
     quiet: bool,
 }
 
-/// Loads, replays and times a scenario, with a progress bar on stderr.
+/// Replays and times a scenario under a policy, with a progress bar on stderr.
 pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> Result<ReplayResult> {
-    let Some(mut pol) = slicesched_policy::builtin(policy) else {
-        bail!("unknown policy `{policy}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
-    };
-    let planned = slicesched_sim::plan(scenario, pol.replicas()).context("planning replicas")?;
-    let scenario = &planned;
-    let cost = CostModel::default_a100();
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} sim {msg}").expect("static template"),
     );
-    let started = Instant::now();
     let opts = ReplayOptions { time_decisions: true, ..ReplayOptions::default() };
-    let mut result = replay(scenario, pol.as_mut(), cost, opts, &mut |p| {
+    let result = crate::policies::replay_policy(scenario, policy, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!(
             "{:.0} s, {:.1} M op events, {}/{} requests done",
@@ -49,10 +40,7 @@ pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> R
         ));
     });
     bar.finish_and_clear();
-    let wall = started.elapsed().as_secs_f64();
-    result.summary.timing.sim_wall_s = wall;
-    result.summary.timing.op_events_per_s = result.summary.op_events as f64 / wall.max(1e-9);
-    Ok(result)
+    result
 }
 
 pub fn run(a: Args) -> Result<()> {

@@ -8,9 +8,8 @@
 use crate::search::{next_step, Outcome, Points, SearchOpts, Step};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use slicesched_cost::CostModel;
 use slicesched_report::{SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
-use slicesched_sim::{replay, ReplayOptions, Scenario};
+use slicesched_sim::{ReplayOptions, Scenario};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -104,23 +103,7 @@ impl PolicyPoints {
 
 pub fn run(a: Args) -> Result<()> {
     let started = Instant::now();
-    let mut policies: Vec<String> = Vec::new();
-    let named = if a.policies.is_empty() {
-        slicesched_policy::BUILTIN.iter().map(|s| s.to_string()).collect()
-    } else {
-        a.policies.clone()
-    };
-    // A name given twice would only repeat its rows.
-    for p in named {
-        if !policies.contains(&p) {
-            policies.push(p);
-        }
-    }
-    for p in &policies {
-        if slicesched_policy::builtin(p).is_none() {
-            bail!("unknown policy `{p}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
-        }
-    }
+    let policies = crate::policies::resolve(&a.policies)?;
     ensure!(!a.violation_targets.is_empty(), "--violation-targets is empty");
     for t in &a.violation_targets {
         ensure!((0.0..1.0).contains(t), "violation target {t} is not a fraction in [0, 1)");
@@ -236,7 +219,6 @@ fn measure(
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let results: Mutex<Vec<Option<Result<Measured>>>> = Mutex::new(work.iter().map(|_| None).collect());
-    let cost = CostModel::default_a100();
     std::thread::scope(|s| {
         for _ in 0..jobs.min(work.len()) {
             s.spawn(|| {
@@ -252,7 +234,7 @@ fn measure(
                     let (p, scale) = work[i];
                     bar.set_prefix(format!("{} @ {scale:.4}", policies[p]));
                     bar.set_position(0);
-                    let r = replay_point(scenario, &policies[p], scale, cost, &bar);
+                    let r = replay_point(scenario, &policies[p], scale, &bar);
                     if let Ok(m) = &r {
                         log.note(format!(
                             "{} @ {scale:.4}: {:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
@@ -278,31 +260,20 @@ fn measure(
         .collect()
 }
 
-fn replay_point(
-    scenario: &Scenario,
-    policy: &str,
-    scale: f64,
-    cost: &CostModel,
-    bar: &ProgressBar,
-) -> Result<Measured> {
-    let Some(mut pol) = slicesched_policy::builtin(policy) else {
-        bail!("unknown policy `{policy}` (built-in: {})", slicesched_policy::BUILTIN.join(", "));
-    };
+fn replay_point(scenario: &Scenario, policy: &str, scale: f64, bar: &ProgressBar) -> Result<Measured> {
     // Each policy replays on the deployment it asks for (its replicas, if any).
-    let scaled = slicesched_sim::plan(&scenario.with_rate_scale(scale), pol.replicas())
-        .with_context(|| format!("planning replicas for `{policy}`"))?;
-    let started = Instant::now();
-    let r = replay(&scaled, pol.as_mut(), cost, ReplayOptions::default(), &mut |p| {
-        bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
-        bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
-    });
+    let r =
+        crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, ReplayOptions::default(), &mut |p| {
+            bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
+            bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
+        })?;
     let s = &r.summary;
     Ok(Measured {
         violation_rate: s.violation_rate,
         prompt_tokens_per_s: s.prompt_tokens_per_s,
         output_tokens_per_s: s.output_tokens_per_s,
         oom_events: s.oom_events,
-        wall_s: started.elapsed().as_secs_f64(),
+        wall_s: s.timing.sim_wall_s,
     })
 }
 
