@@ -41,6 +41,14 @@ impl Scratch {
     }
 }
 
+/// The transfer and run time of an op on a group.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Costs {
+    pub xfer_ns: u64,
+    pub xfer_bytes: u64,
+    pub dur: u64,
+}
+
 /// Counters of placement decisions.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PlaceStats {
@@ -189,26 +197,37 @@ impl Sim<'_> {
                 self.reject("op placed twice");
                 continue;
             }
-            let group = match self.check(&r, p.group) {
-                None => p.group,
-                Some(reason) => {
-                    self.reject(reason);
-                    r.home
-                }
+            let verdict = if p.group.index() >= self.scn.deployment.groups.len() {
+                Err("no such GPU group")
+            } else {
+                let c = self.costs(r.op, p.group);
+                self.check(&r, p.group, &c).map_or(Ok((p.group, c)), Err)
             };
-            self.commit(&r, group, p.priority);
+            let (group, c) = verdict.unwrap_or_else(|reason| {
+                self.reject(reason);
+                (r.home, self.costs(r.op, r.home))
+            });
+            self.commit(&r, group, p.priority, c);
         }
         self.placements = placements;
         for i in 0..self.ready_view.len() {
             let r = self.ready_view[i];
             if self.gmg.op(r.op).state == OpState::Ready {
                 self.reject("op left unplaced");
-                self.commit(&r, r.home, 0);
+                let c = self.costs(r.op, r.home);
+                self.commit(&r, r.home, 0, c);
             }
         }
         if let Some(t0) = t0 {
             self.stats.decision_wall_ns.push(t0.elapsed().as_nanos() as u64);
         }
+    }
+
+    /// What running `op` on `group` costs, computed once per placement and shared by
+    /// the checks, the timeline and the queue.
+    fn costs(&self, op: OpId, group: GroupId) -> Costs {
+        let (xfer_ns, xfer_bytes) = self.transfer(op, group);
+        Costs { xfer_ns, xfer_bytes, dur: self.duration(op, group) }
     }
 
     /// Nanoseconds to bring the op's inputs to `group`, and the bytes copied.
@@ -227,12 +246,9 @@ impl Sim<'_> {
         (ns, bytes)
     }
 
-    /// Why a placement breaks an invariant, if it does.
-    fn check(&self, r: &ReadyOp, group: GroupId) -> Option<&'static str> {
+    /// Why a placement on an existing group breaks an invariant, if it does.
+    fn check(&self, r: &ReadyOp, group: GroupId, c: &Costs) -> Option<&'static str> {
         let dep = &self.scn.deployment;
-        if group.index() >= dep.groups.len() {
-            return Some("no such GPU group");
-        }
         if group == r.home {
             return None;
         }
@@ -244,8 +260,8 @@ impl Sim<'_> {
             return Some("weights not resident on the group");
         }
         // Memory safety: a borrowed op lives in the host's guest reserve.
-        let (xfer_ns, xfer_bytes) = self.transfer(r.op, group);
-        let need = r.out_bytes + xfer_bytes;
+        let (xfer_ns, dur) = (c.xfer_ns, c.dur);
+        let need = r.out_bytes + c.xfer_bytes;
         let gpus = &dep.group(group).gpus;
         if gpus.iter().any(|g| {
             self.stats.guest_bytes[g.0 as usize] + need > self.scn.guest_reserve.get(g.0 as usize).copied().unwrap_or(0)
@@ -254,7 +270,6 @@ impl Sim<'_> {
         }
         // SLA protection: the borrowed op must be done before the owner needs its GPU,
         // give or take a tenth of the owner's TPOT target.
-        let dur = self.duration(r.op, group);
         let start =
             gpus.iter().map(|g| self.busy_until[g.0 as usize] + self.queued_ns[g.0 as usize]).max().unwrap_or(self.now);
         let finish = start.max(self.now + xfer_ns) + dur;
@@ -338,12 +353,12 @@ impl Sim<'_> {
         self.cost.op_ns(&self.group_ctx[group.index()], it.dag.op(node.index).spec).max(1)
     }
 
-    fn commit(&mut self, r: &ReadyOp, group: GroupId, priority: i32) {
+    fn commit(&mut self, r: &ReadyOp, group: GroupId, priority: i32, c: Costs) {
         self.gmg.place(r.op, group);
         self.stats.placed += 1;
         let owner = self.dev.queues[self.dev.queue_of(group, r.tenant)].owners.contains(&r.tenant);
         let prio = priority.clamp(-OWNER_BOOST + 1, OWNER_BOOST - 1) + if owner { OWNER_BOOST } else { 0 };
-        let (ns, bytes) = self.transfer(r.op, group);
+        let Costs { xfer_ns: ns, xfer_bytes: bytes, dur } = c;
         if group != r.home {
             self.stats.borrowed += 1;
             let need = r.out_bytes + bytes;
@@ -369,21 +384,19 @@ impl Sim<'_> {
                 self.op_keys.resize(slot + 1, 0);
             }
             self.op_keys[slot] = key;
-            let dur = self.duration(r.op, group);
             let cand = self.candidate(r.op, r.tenant, group, dur, prio, self.now + ns, r.out_bytes + bytes, key);
             let tl = self.timeline.as_mut().expect("checked");
             tl.advance(self.now);
             tl.commit(cand).expect("keys are unique and groups exist");
         }
         if ns == 0 {
-            self.enqueue(r.op, group, prio);
+            self.enqueue(r.op, group, prio, dur);
         } else {
-            self.push(self.now + ns, Ev::Enqueue(r.op, group, prio));
+            self.push(self.now + ns, Ev::Enqueue(r.op, group, prio, dur));
         }
     }
 
-    pub(crate) fn enqueue(&mut self, op: OpId, group: GroupId, prio: i32) {
-        let dur = self.duration(op, group);
+    pub(crate) fn enqueue(&mut self, op: OpId, group: GroupId, prio: i32, dur: u64) {
         let q = self.dev.queue_of(group, self.gmg.op(op).tenant);
         // The common case on a container's own GPUs: nothing to order, start now.
         if self.dev.can_start_now(q) {

@@ -62,8 +62,9 @@ pub(crate) enum Ev {
     OpDone(OpId),
     /// An engine instance finished its CPU work: the batch reaches the GPUs.
     Launch(u32, BatchId),
-    /// A placed op's inputs arrived on its group: it joins the group's queue.
-    Enqueue(OpId, GroupId, i32),
+    /// A placed op's inputs arrived on its group: it joins the group's queue (with its
+    /// priority and predicted duration there).
+    Enqueue(OpId, GroupId, i32, u64),
 }
 
 /// One engine instance: a tenant's home, or a serving replica.
@@ -317,7 +318,7 @@ impl Sim<'_> {
             match ev {
                 Ev::OpDone(op) => self.op_done(op),
                 Ev::Launch(inst, batch) => self.launch(inst as usize, batch),
-                Ev::Enqueue(op, group, prio) => self.enqueue(op, group, prio),
+                Ev::Enqueue(op, group, prio, dur) => self.enqueue(op, group, prio, dur),
             }
             if self.op_events >= next_report {
                 next_report += self.opts.progress_every;
