@@ -108,33 +108,26 @@ impl Devices {
             for g in gpus.iter_mut() {
                 g.lane_busy = vec![false; g.lanes_of.len().max(1)];
             }
-            // One queue per (group, tenant with weights on it), in deployment order.
-            for g in &dep.groups {
-                let mut tenants: Vec<TenantId> =
-                    dep.homes.iter().filter(|h| h.group == g.id).map(|h| h.tenant).collect();
-                tenants.dedup();
-                for t in tenants {
-                    let gi: Vec<usize> = g.gpus.iter().map(|x| x.0 as usize).collect();
-                    let lanes =
-                        gi.iter().map(|&x| gpus[x].lanes_of.iter().position(|&o| o == t).expect("lane")).collect();
-                    queues.push(QueueRt {
-                        group: g.id,
-                        gpus: gi,
-                        lanes,
-                        queue: BinaryHeap::new(),
-                        queued_ns: 0,
-                        overlapping: Vec::new(),
-                        owners: owners(g),
-                    });
-                }
-            }
-        } else {
-            for g in &dep.groups {
-                let gi: Vec<usize> = g.gpus.iter().map(|x| x.0 as usize).collect();
-                let lanes = vec![0; gi.len()];
+        }
+        // One queue per group, or under spatial sharing one per (group, tenant with
+        // weights on it), in deployment order.
+        for g in &dep.groups {
+            let gi: Vec<usize> = g.gpus.iter().map(|x| x.0 as usize).collect();
+            let mut tenants: Vec<Option<TenantId>> = if spatial {
+                dep.homes.iter().filter(|h| h.group == g.id).map(|h| Some(h.tenant)).collect()
+            } else {
+                vec![None]
+            };
+            tenants.dedup();
+            for t in tenants {
+                // Without spatial sharing every op runs on lane 0.
+                let lanes = gi
+                    .iter()
+                    .map(|&x| t.map_or(0, |t| gpus[x].lanes_of.iter().position(|&o| o == t).expect("lane")))
+                    .collect();
                 queues.push(QueueRt {
                     group: g.id,
-                    gpus: gi,
+                    gpus: gi.clone(),
                     lanes,
                     queue: BinaryHeap::new(),
                     queued_ns: 0,

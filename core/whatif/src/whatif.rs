@@ -199,26 +199,28 @@ impl Timeline {
         Ok(())
     }
 
+    /// (start, finish) of an op or candidate, with this query's shifts applied.
     #[inline]
-    fn finish_of(&self, s: &Scratch, id: u32) -> u64 {
+    fn times_of(&self, s: &Scratch, id: u32) -> (u64, u64) {
         if id & CAND != 0 {
-            s.cands[(id & !CAND) as usize].finish
+            let c = &s.cands[(id & !CAND) as usize];
+            (c.start, c.finish)
         } else if s.stamp[id as usize] == s.epoch {
-            s.ov[id as usize].1
+            s.ov[id as usize]
         } else {
-            self.nodes[id as usize].finish
+            let n = &self.nodes[id as usize];
+            (n.start, n.finish)
         }
     }
 
     #[inline]
+    fn finish_of(&self, s: &Scratch, id: u32) -> u64 {
+        self.times_of(s, id).1
+    }
+
+    #[inline]
     fn start_of(&self, s: &Scratch, id: u32) -> u64 {
-        if id & CAND != 0 {
-            s.cands[(id & !CAND) as usize].start
-        } else if s.stamp[id as usize] == s.epoch {
-            s.ov[id as usize].0
-        } else {
-            self.nodes[id as usize].start
-        }
+        self.times_of(s, id).0
     }
 
     fn key_of(&self, s: &Scratch, id: u32) -> (u32, u64) {
