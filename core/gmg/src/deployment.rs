@@ -21,9 +21,12 @@ pub struct TenantHome {
     pub weight_bytes_per_gpu: u64,
     /// The tenant's container: its KV cache lives here and its attention runs here.
     pub is_home: bool,
-    /// KV-cache blocks of an engine instance serving the tenant from this group: the
-    /// home always has one; request-level replicas (pooled serving) have their own;
-    /// weight-only replicas (operator borrowing) have none.
+    /// An engine instance with its own KV cache serves the tenant from this group: the
+    /// home always; request-level replicas (pooled serving) too; weight-only replicas
+    /// (operator borrowing) never.
+    pub serves: bool,
+    /// That instance's KV-cache blocks (0 until the KV caches are sized, and for
+    /// weight-only replicas).
     pub kv_blocks: u32,
 }
 

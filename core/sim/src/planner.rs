@@ -135,8 +135,8 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
                 layers: range,
                 weight_bytes_per_gpu: bytes,
                 is_home: false,
-                // Any non-zero marks a serving copy; the KV sizing below sets the count.
-                kv_blocks: serving as u32,
+                serves: serving,
+                kv_blocks: 0,
             });
         }
     }

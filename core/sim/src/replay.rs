@@ -153,7 +153,7 @@ pub fn replay(
     let mut insts = Vec::new();
     let mut tenant_insts = vec![Vec::new(); scn.tenants.len()];
     // Homes first, in tenant order, so instance i < tenants is tenant i's home.
-    let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.is_home || h.kv_blocks > 0).collect();
+    let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
     order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
     for h in order {
         let t = &scn.tenants[h.tenant.index()];
@@ -260,7 +260,7 @@ impl Sim<'_> {
     fn new_timeline(&self) -> slicesched_whatif::Timeline {
         let n = self.scn.cluster.len();
         let mut baseline: Vec<u64> = self.dev.gpus.iter().map(|g| g.ledger.weights + g.ledger.kv_pool).collect();
-        for h in self.scn.deployment.homes.iter().filter(|h| h.is_home || h.kv_blocks > 0) {
+        for h in self.scn.deployment.homes.iter().filter(|h| h.serves) {
             for g in &self.scn.deployment.group(h.group).gpus {
                 baseline[g.0 as usize] += self.scn.tenants[h.tenant.index()].activation_reserve;
             }

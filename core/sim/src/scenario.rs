@@ -184,6 +184,7 @@ impl Scenario {
                 layers: (0, model.num_hidden_layers as u32),
                 weight_bytes_per_gpu: model.weight_bytes_per_gpu(tp),
                 is_home: true,
+                serves: true,
                 kv_blocks: 0,
             });
             let activation_reserve = peak_activation_bytes(&model, tp, engine.max_batched_tokens);
@@ -257,7 +258,7 @@ impl Scenario {
         self.deployment
             .homes
             .iter()
-            .filter(|h| h.kv_blocks > 0 && self.deployment.group(h.group).gpus.contains(&gpu))
+            .filter(|h| h.serves && self.deployment.group(h.group).gpus.contains(&gpu))
             .map(|h| {
                 let t = &self.tenants[h.tenant.index()];
                 h.kv_blocks as u64 * t.engine.block_size as u64 * t.model.kv_bytes_per_token(t.gpus.len() as u32)
@@ -310,7 +311,7 @@ pub(crate) fn size_kv_caches(
     guest_reserve: &[u64],
 ) -> Result<(), DeploymentError> {
     let n = cluster.len();
-    let serving = |h: &slicesched_gmg::TenantHome| h.is_home || h.kv_blocks > 0;
+    let serving = |h: &slicesched_gmg::TenantHome| h.serves;
     let mut residents: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, h) in dep.homes.iter().enumerate() {
         if serving(h) {

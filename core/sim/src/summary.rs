@@ -165,7 +165,7 @@ impl Sim<'_> {
                     .filter(|h| !h.is_home)
                     .map(|h| {
                         let gpus = self.scn.deployment.group(h.group).gpus.iter().map(|g| g.0).collect();
-                        (self.scn.tenants[h.tenant.index()].name.clone(), gpus, h.layers, h.kv_blocks > 0)
+                        (self.scn.tenants[h.tenant.index()].name.clone(), gpus, h.layers, h.serves)
                     })
                     .collect(),
                 micro_batches: self.iterations.saturating_sub(self.single_iterations),
