@@ -143,8 +143,18 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
     if mode != ReplicaMode::Serving {
         out.guest_reserve = guest_max_act.iter().map(|&a| (a as f64 * spec.guest_reserve_factor) as u64).collect();
     }
-    size_kv_caches(&out.cluster, &mut out.deployment, &out.tenants, out.memory, &out.guest_reserve).map_err(|e| {
-        ScenarioError::Field { path: out.path.display().to_string(), field: "planner".into(), msg: e.to_string() }
+    size_kv_caches(
+        &out.cluster,
+        &mut out.deployment,
+        &out.tenants,
+        out.memory,
+        &out.guest_reserve,
+        spec.keep_kv_tokens,
+    )
+    .map_err(|e| ScenarioError::Field {
+        path: out.path.display().to_string(),
+        field: "planner".into(),
+        msg: e.to_string(),
     })?;
     for (i, t) in out.tenants.iter_mut().enumerate() {
         t.kv_blocks = out.deployment.home(TenantId(i as u32)).map_or(0, |h| h.kv_blocks);

@@ -200,7 +200,7 @@ impl Scenario {
         }
         spec.planner.check().map_err(|e| field("planner".into(), e))?;
         let guest_reserve = vec![0; cluster.len()];
-        size_kv_caches(&cluster, &mut deployment, &tenants, mem, &guest_reserve)
+        size_kv_caches(&cluster, &mut deployment, &tenants, mem, &guest_reserve, 0)
             .map_err(|e| field("tenants".into(), e.to_string()))?;
         for (i, t) in tenants.iter_mut().enumerate() {
             t.kv_blocks = deployment.home(slicesched_gmg::TenantId(i as u32)).map_or(0, |h| h.kv_blocks);
@@ -303,12 +303,17 @@ pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -
 /// Splits each GPU's memory left after weights, activation reserves and the guest
 /// reserve evenly among the engine instances (homes and serving replicas) on it, and
 /// sizes every instance's KV cache from its tightest GPU.
+fn home_keep_bytes(t: &TenantSetup, tokens: u64) -> u64 {
+    tokens * t.model.kv_bytes_per_token(t.gpus.len() as u32)
+}
+
 pub(crate) fn size_kv_caches(
     cluster: &Cluster,
     dep: &mut Deployment,
     tenants: &[TenantSetup],
     mem: MemorySpec,
     guest_reserve: &[u64],
+    home_keep_tokens: u64,
 ) -> Result<(), DeploymentError> {
     let n = cluster.len();
     let serving = |h: &slicesched_gmg::TenantHome| h.serves;
@@ -321,6 +326,7 @@ pub(crate) fn size_kv_caches(
         }
     }
     let mut share = vec![0u64; n];
+    let mut keep_on = vec![0u64; n];
     for g in 0..n {
         let cap = cluster.gpus[g].sku.memory;
         let usable = cap - unusable(cap, mem).min(cap);
@@ -340,7 +346,20 @@ pub(crate) fn size_kv_caches(
                 tenants: names,
             });
         }
-        share[g] = usable.saturating_sub(need) / residents[g].len().max(1) as u64;
+        // A tenant's home keeps `home_keep_tokens` of KV before replicas hosted on
+        // its GPUs share what is left with it: an equal byte split would give a
+        // KV-heavy model (a 13B with 4x the bytes per token of an 8B with GQA) a
+        // fraction of the tokens and make it preempt under load.
+        let free = usable.saturating_sub(need);
+        let kept: u64 = residents[g]
+            .iter()
+            .filter(|&&i| dep.homes[i].is_home)
+            .map(|&i| home_keep_bytes(&tenants[dep.homes[i].tenant.index()], home_keep_tokens))
+            .sum::<u64>()
+            // Serving replicas hosted here keep at least a quarter between them.
+            .min(if residents[g].iter().any(|&i| !dep.homes[i].is_home) { free / 4 * 3 } else { free });
+        share[g] = (free - kept) / residents[g].len().max(1) as u64;
+        keep_on[g] = kept;
     }
     for i in 0..dep.homes.len() {
         if !serving(&dep.homes[i]) {
@@ -349,7 +368,26 @@ pub(crate) fn size_kv_caches(
         let t = &tenants[dep.homes[i].tenant.index()];
         let per_block = t.model.kv_bytes_per_token(t.gpus.len() as u32) * t.engine.block_size as u64;
         let gpus = &dep.group(dep.homes[i].group).gpus;
-        let free = gpus.iter().map(|g| share[g.0 as usize]).min().unwrap_or(0);
+        let home = &dep.homes[i];
+        let free = gpus
+            .iter()
+            .map(|g| {
+                let g = g.0 as usize;
+                // Homes co-located on a GPU split what was kept in proportion to their asks.
+                let kept = if home.is_home && keep_on[g] > 0 {
+                    let asks: u64 = residents[g]
+                        .iter()
+                        .filter(|&&j| dep.homes[j].is_home)
+                        .map(|&j| home_keep_bytes(&tenants[dep.homes[j].tenant.index()], home_keep_tokens))
+                        .sum();
+                    (keep_on[g] as u128 * home_keep_bytes(t, home_keep_tokens) as u128 / asks.max(1) as u128) as u64
+                } else {
+                    0
+                };
+                share[g] + kept
+            })
+            .min()
+            .unwrap_or(0);
         let blocks = (free / per_block).min(u32::MAX as u64) as u32;
         if blocks == 0 {
             return Err(DeploymentError::DoesNotFit {
