@@ -19,6 +19,9 @@ pub struct Args {
     /// Shipped policies to measure (default: all).
     #[arg(long)]
     policy: Vec<String>,
+    /// Replay only the first this many seconds of the scenario's traces.
+    #[arg(long)]
+    duration_s: Option<f64>,
     /// Calls for the bare-call measurement.
     #[arg(long, default_value_t = 200_000)]
     calls: u32,
@@ -114,6 +117,17 @@ fn bare_call(pol: &mut dyn Policy, calls: u32) -> f64 {
     t.elapsed().as_nanos() as f64 / calls as f64
 }
 
+fn load_scenario(path: &std::path::Path, duration_s: Option<f64>) -> Result<Scenario> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut spec: slicesched_sim::ScenarioSpec =
+        toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    if duration_s.is_some() {
+        spec.duration_s = duration_s;
+    }
+    let base = path.parent().unwrap_or(std::path::Path::new("."));
+    Ok(Scenario::from_spec(spec, path, base)?)
+}
+
 pub fn run(a: Args) -> Result<()> {
     let mut template = wasm("template")?;
     let wasm_ns = bare_call(&mut template, a.calls);
@@ -121,10 +135,10 @@ pub fn run(a: Args) -> Result<()> {
     let native_ns = bare_call(&mut native, a.calls);
     println!("bare call (template plugin, empty view and batch): wasm {wasm_ns:.0} ns, native {native_ns:.0} ns");
 
-    let scn = Scenario::from_file(&a.scenario).with_context(|| format!("loading {}", a.scenario.display()))?;
+    let scn = load_scenario(&a.scenario, a.duration_s)?;
     let policies = crate::policies::resolve(&a.policy)?;
     println!(
-        "{:<10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>7} {:>13} {:>11} {:>9}",
+        "{:<10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>7} {:>13} {:>11} {:>9} {:>9}",
         "policy",
         "decisions",
         "native µs/d",
@@ -134,7 +148,8 @@ pub fn run(a: Args) -> Result<()> {
         "ratio",
         "wasm dec/s",
         "ops/sim s",
-        "identical"
+        "identical",
+        "max fuel"
     );
     let mut differ = Vec::new();
     for name in &policies {
@@ -147,7 +162,7 @@ pub fn run(a: Args) -> Result<()> {
             differ.push(name.clone());
         }
         println!(
-            "{:<10} {:>10} {:>12.2} {:>12.2} {:>10.2} {:>10.2} {:>7.2} {:>13.0} {:>11.0} {:>9}",
+            "{:<10} {:>10} {:>12.2} {:>12.2} {:>10.2} {:>10.2} {:>7.2} {:>13.0} {:>11.0} {:>9} {:>9}",
             name,
             wr.decisions,
             nr.policy_s * 1e6 / nr.decisions.max(1) as f64,
@@ -157,7 +172,8 @@ pub fn run(a: Args) -> Result<()> {
             wr.wall_s / nr.wall_s.max(1e-9),
             wr.decisions as f64 / wr.policy_s.max(1e-9),
             wr.op_rate,
-            if same { "yes" } else { "NO" }
+            if same { "yes" } else { "NO" },
+            w.stats().max_fuel
         );
         if w.stats().failures > 0 {
             bail!("plugin `{name}` failed {} times: {:?}", w.stats().failures, w.stats().errors);
