@@ -8,6 +8,7 @@ use common::*;
 use slicesched_plugin_host::{Cause, PluginOptions, WasmPolicy};
 
 const QUARANTINE_AFTER: u32 = 3;
+const FUEL: u64 = 20_000_000;
 
 /// Replays smoke under the hostile build `feature`; checks the run against the safe
 /// built-in's and returns the failures.
@@ -15,8 +16,7 @@ fn hostile_replay(feature: &str) -> (Vec<Cause>, serde_json::Value) {
     let scn = scenario("smoke", Some(20.0));
     let mut base = slicesched_policy::builtin("dedicated").unwrap();
     let baseline = run(&scn, base.as_mut());
-    let opts =
-        PluginOptions { fuel_per_call: 5_000_000, memory_cap_bytes: 32 << 20, quarantine_after: QUARANTINE_AFTER };
+    let opts = PluginOptions { fuel_per_call: FUEL, memory_cap_bytes: 32 << 20, quarantine_after: QUARANTINE_AFTER };
     let mut p = WasmPolicy::new(&hostile(feature), &opts).expect("a hostile plugin still loads");
     let r = run(&scn, &mut p);
     let s = p.stats();
@@ -40,7 +40,7 @@ fn an_endless_loop_runs_out_of_fuel_at_the_same_point_every_time() {
     let (causes, first) = hostile_replay("spin");
     let (_, second) = hostile_replay("spin");
     assert_eq!(first, second, "fuel makes interruption, and so the replay, deterministic");
-    assert!(causes.iter().all(|c| matches!(c, Cause::FuelExhausted { hook: "place", fuel: 5_000_000 })), "{causes:?}");
+    assert!(causes.iter().all(|c| matches!(c, Cause::FuelExhausted { hook: "place", fuel: FUEL })), "{causes:?}");
 }
 
 #[test]

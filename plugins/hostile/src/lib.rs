@@ -37,7 +37,10 @@ fn misbehave(_: &View, _: &[ReadyOp], _: &mut Vec<Placement>) -> Result<(), Stri
 fn misbehave(_: &View, _: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
     let mut hoard: Vec<Vec<u8>> = Vec::new();
     loop {
-        hoard.push(vec![1u8; 16 << 20]);
+        // Reserved, not written: growing memory is what is hostile, and it is cheap.
+        let mut chunk = Vec::<u8>::with_capacity(16 << 20);
+        chunk.push(1);
+        hoard.push(chunk);
         out.truncate(hoard.len() % 2);
     }
 }
@@ -60,8 +63,8 @@ fn misbehave(_: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<()
 
 #[cfg(feature = "oversized")]
 fn misbehave(_: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
-    // A million placements: far more than the batch, small enough to pass the memory cap.
-    out.extend((0..1_000_000u32).map(|k| Placement { op: k % ready.len().max(1) as u32, group: 0, priority: 0 }));
+    // 200 000 placements: far more than any batch, small enough to pass the memory cap.
+    out.extend((0..200_000u32).map(|k| Placement { op: k % ready.len().max(1) as u32, group: 0, priority: 0 }));
     Ok(())
 }
 

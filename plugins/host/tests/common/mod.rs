@@ -33,7 +33,7 @@ pub fn shipped(name: &str) -> Vec<u8> {
 pub fn hostile(feature: &str) -> Vec<u8> {
     let out = root().join("target/plugins/hostile").join(format!("{feature}.wasm"));
     let _g = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
-    toolchain::build(&root().join("plugins/hostile"), &out, &root().join("target/wasm-hostile"), &[feature])
+    toolchain::build(&root().join("plugins/hostile"), &out, &root().join("target/wasm"), &[feature])
         .unwrap_or_else(|e| panic!("building the hostile plugin `{feature}`: {e}"));
     std::fs::read(out).unwrap()
 }
