@@ -3,6 +3,8 @@
 mod bench;
 mod compare;
 mod cost;
+mod plugin;
+mod plugin_bench;
 mod policies;
 mod replay;
 mod search;
@@ -33,6 +35,11 @@ enum Command {
     Compare(compare::Args),
     /// Find each policy's goodput: the highest arrival-rate scale within SLA violation targets.
     Sweep(sweep::Args),
+    /// Policy plugins: build, validate, measure.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin::Command,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Plugin { command } => plugin::run(command),
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {

@@ -89,6 +89,25 @@ fn unknown_policy_is_refused() {
 }
 
 #[test]
+fn plugin_validate_refuses_what_is_not_a_policy_component() {
+    let o = bin().args(["plugin", "validate", "Cargo.toml"]).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("Cargo.toml is refused") && err.contains("not a valid Wasm component"), "{err}");
+}
+
+#[test]
+fn a_missing_plugin_file_is_named() {
+    let o = bin()
+        .args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "nowhere/p.wasm", "--quiet", "--out"])
+        .arg(tmp("nowasm"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("reading plugin nowhere/p.wasm"));
+}
+
+#[test]
 fn cost_validate_json_contract() {
     let o = bin()
         .args(["cost", "validate", "--fit", "data/profiles/a100", "--test", "data/profiles/a100", "--json"])
