@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs SliceScheduler's control plane on http://127.0.0.1:8080 (REST API, API docs at
-# /api/docs, web UI at /): builds the web UI, the plugins and the binary, provisions
+# /api/docs, web UI at /): builds the web UI, the binary and the shipped policy plugins
+# (Wasm, from source, into target/plugins/, registered at start-up), provisions
 # Postgres (the server on 127.0.0.1:5432 when one answers and DATABASE_URL is unset,
 # else a private one under .data/pg), registers the shipped policies and stores a demo
 # replay (scenarios/smoke.toml under dedicated and slice) on a fresh database.
@@ -9,17 +10,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/toolchain.sh
 source scripts/lib/postgres.sh
+source scripts/lib/wasm.sh
 ensure_toolchain
+ensure_wasm_toolchain
 ensure_postgres
 export DATABASE_URL="${DATABASE_URL:-$PG_BASE_URL/slicesched}"
 
 if [ -f web/scripts/build.sh ]; then
     bash web/scripts/build.sh
 fi
-if [ -f plugins/build.sh ]; then
-    bash plugins/build.sh
-fi
-cargo build --release --locked --bin slicesched
+build_plugins release
 
 mkdir -p .data
 if [ -z "${SLICESCHED_ADMIN_TOKEN:-}" ]; then

@@ -62,7 +62,11 @@ impl Caller {
 }
 
 pub fn sha256(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
+    sha256_bytes(token.as_bytes())
+}
+
+pub fn sha256_bytes(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
 }
 
 /// A fresh random token (256 bits) with a recognisable prefix.

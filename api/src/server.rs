@@ -84,7 +84,12 @@ pub async fn register_shipped(state: &AppState) -> Result<(), sqlx::Error> {
     }
     let dir = &state.config.plugins_dir;
     let files = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path());
-    for path in files.filter(|p| p.extension().is_some_and(|e| e == "wasm")) {
+    // Only the shipped policies: the folder also holds the template and test plugins.
+    let shipped = |p: &std::path::Path| {
+        p.extension().is_some_and(|e| e == "wasm")
+            && p.file_stem().and_then(|s| s.to_str()).is_some_and(|s| slicesched_policy::BUILTIN.contains(&s))
+    };
+    for path in files.filter(|p| shipped(p)) {
         let Ok(bytes) = std::fs::read(&path) else { continue };
         match crate::plugin_host::inspect(&bytes) {
             Ok(info) => {

@@ -3,6 +3,8 @@
 mod bench;
 mod compare;
 mod cost;
+mod plugin;
+mod plugin_bench;
 mod policies;
 mod replay;
 mod serve;
@@ -35,6 +37,11 @@ enum Command {
     Sweep(sweep::Args),
     /// Serve the control plane: REST API, web UI and background runs over Postgres.
     Serve(serve::Args),
+    /// Policy plugins: build, validate, measure.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin::Command,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,6 +53,7 @@ fn main() -> anyhow::Result<()> {
         Command::Sweep(a) => sweep::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Plugin { command } => plugin::run(command),
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {

@@ -1,22 +1,69 @@
 //! Policies by name, and one replay of a scenario under a policy on the deployment the
 //! policy asks for: what `replay`, `bench`, `sweep` and `compare` share.
+//!
+//! A policy is named three ways:
+//! - `NAME` (a shipped one): its Wasm build `target/plugins/NAME.wasm` (or under
+//!   `$SLICESCHED_PLUGIN_DIR`) when it has been built, else its native build;
+//! - `native:NAME`: the native build of a shipped policy (the same source);
+//! - `PATH.wasm`: any policy plugin.
 
 use anyhow::{bail, Context, Result};
 use slicesched_cost::CostModel;
+use slicesched_plugin_host::PluginOptions;
 use slicesched_policy::Policy;
 use slicesched_sim::{replay, Progress, ReplayOptions, ReplayResult, Scenario};
+use std::path::PathBuf;
 use std::time::Instant;
 
-/// A built-in policy, or an error listing them.
+/// Where the shipped policies' Wasm builds are looked for.
+pub fn plugin_dir() -> PathBuf {
+    std::env::var_os("SLICESCHED_PLUGIN_DIR").map_or_else(|| PathBuf::from("target/plugins"), PathBuf::from)
+}
+
+/// A policy by name (see the module docs), or an error listing the shipped ones.
 pub fn by_name(name: &str) -> Result<Box<dyn Policy>> {
-    match slicesched_policy::builtin(name) {
-        Some(p) => Ok(p),
-        None => bail!("unknown policy `{name}` (built-in: {})", slicesched_policy::BUILTIN.join(", ")),
+    if let Some(native) = name.strip_prefix("native:") {
+        return slicesched_policy::builtin(native).with_context(|| unknown(native));
+    }
+    if name.ends_with(".wasm") {
+        return load_wasm(&PathBuf::from(name));
+    }
+    if !slicesched_policy::BUILTIN.contains(&name) {
+        bail!("{}", unknown(name));
+    }
+    let wasm = plugin_dir().join(format!("{name}.wasm"));
+    if wasm.exists() {
+        return load_wasm(&wasm);
+    }
+    warn_native_once(name, &wasm);
+    Ok(slicesched_policy::builtin(name).expect("a shipped name"))
+}
+
+fn unknown(name: &str) -> String {
+    format!(
+        "unknown policy `{name}` (shipped: {}; `native:NAME` for a native build, or a path to a .wasm plugin)",
+        slicesched_policy::BUILTIN.join(", ")
+    )
+}
+
+fn load_wasm(path: &PathBuf) -> Result<Box<dyn Policy>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading plugin {}", path.display()))?;
+    slicesched_plugin_host::load(&bytes, &PluginOptions::default())
+        .with_context(|| format!("loading plugin {}", path.display()))
+}
+
+/// Says once per policy that its Wasm build is missing (the results are the same).
+fn warn_native_once(name: &str, wasm: &std::path::Path) {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if !warned.iter().any(|w| w == name) {
+        warned.push(name.to_string());
+        eprintln!("note: {} not built (slicesched plugin build plugins/{name}); running native:{name}", wasm.display());
     }
 }
 
-/// The policies a command runs: every built-in when none is named, each name once, all
-/// of them known.
+/// The policies a command runs: every shipped one when none is named, each name once,
+/// all of them known.
 pub fn resolve(named: &[String]) -> Result<Vec<String>> {
     let named: Vec<String> = if named.is_empty() {
         slicesched_policy::BUILTIN.iter().map(|s| s.to_string()).collect()
@@ -43,10 +90,19 @@ pub fn replay_policy(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<ReplayResult> {
     let mut pol = by_name(name)?;
-    let planned =
-        slicesched_sim::plan(scenario, pol.replicas()).with_context(|| format!("planning replicas for `{name}`"))?;
+    replay_with(scenario, pol.as_mut(), opts, progress).with_context(|| format!("policy `{name}`"))
+}
+
+/// [`replay_policy`] with a policy already made.
+pub fn replay_with(
+    scenario: &Scenario,
+    pol: &mut dyn Policy,
+    opts: ReplayOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<ReplayResult> {
+    let planned = slicesched_sim::plan(scenario, pol.replicas()).context("planning replicas")?;
     let started = Instant::now();
-    let mut r = replay(&planned, pol.as_mut(), CostModel::default_a100(), opts, progress);
+    let mut r = replay(&planned, pol, CostModel::default_a100(), opts, progress);
     let wall = started.elapsed().as_secs_f64();
     r.summary.timing.sim_wall_s = wall;
     r.summary.timing.op_events_per_s = r.summary.op_events as f64 / wall.max(1e-9);

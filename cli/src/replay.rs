@@ -11,7 +11,7 @@ pub struct Args {
     /// Scenario TOML file.
     #[arg(long)]
     scenario: PathBuf,
-    /// Policy name (built-in: dedicated).
+    /// Policy: a shipped name (its Wasm build when built), `native:NAME`, or a .wasm plugin.
     #[arg(long, default_value = "dedicated")]
     policy: String,
     /// Output directory for summary.json, requests.csv and plots.

@@ -5,4 +5,5 @@ mod bad_input;
 mod common;
 mod http;
 mod matrix;
+mod plugins;
 mod runs;

@@ -16,14 +16,11 @@ use slicesched_gmg::{Deployment, GroupId, OpId, TenantId};
 use slicesched_hw::Cluster;
 use slicesched_model::OpKind;
 
-mod dedicated;
-mod pooled;
-mod shared;
-mod slice;
-pub use dedicated::Dedicated;
-pub use pooled::Pooled;
-pub use shared::{Mps, TimeSlice};
-pub use slice::Slice;
+pub mod convert;
+mod native;
+mod switch;
+pub use native::Native;
+pub use switch::{SwitchError, SwitchHandle, Switchable};
 
 /// A ready operator offered to the policy.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -192,14 +189,15 @@ pub trait Policy: Send {
 /// Names of the built-in policies.
 pub const BUILTIN: &[&str] = &["dedicated", "timeslice", "mps", "pooled", "slice"];
 
-/// A built-in policy by name.
+/// A shipped policy by name, built natively from its plugin crate (`plugins/NAME`):
+/// the same source as its Wasm build.
 pub fn builtin(name: &str) -> Option<Box<dyn Policy>> {
     match name {
-        "dedicated" => Some(Box::new(Dedicated)),
-        "timeslice" => Some(Box::new(TimeSlice::default())),
-        "mps" => Some(Box::new(Mps)),
-        "pooled" => Some(Box::new(Pooled)),
-        "slice" => Some(Box::new(Slice::default())),
+        "dedicated" => Some(Box::new(Native::new(slicesched_plugin_dedicated::Dedicated))),
+        "timeslice" => Some(Box::new(Native::new(slicesched_plugin_timeslice::TimeSlice::default()))),
+        "mps" => Some(Box::new(Native::new(slicesched_plugin_mps::Mps))),
+        "pooled" => Some(Box::new(Native::new(slicesched_plugin_pooled::Pooled))),
+        "slice" => Some(Box::new(Native::new(slicesched_plugin_slice::Slice::default()))),
         _ => None,
     }
 }

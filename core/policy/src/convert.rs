@@ -1,0 +1,115 @@
+//! The core's view in the plugin SDK's terms: what both the native adapter and the
+//! Wasm host hand a policy. Buffers are refilled in place, so a decision allocates
+//! nothing once they have grown.
+
+use crate::{InstanceView, ReadyOp, ReplicaMode, View};
+use slicesched_hw::LinkKind;
+use slicesched_model::OpKind;
+use slicesched_plugin_sdk as sdk;
+
+/// Refills `out` from `view`.
+pub fn fill_view(view: &View<'_>, out: &mut sdk::View) {
+    out.now_ns = view.now_ns;
+    out.gpus.clear();
+    out.gpus.extend(
+        view.gpu_busy_until.iter().zip(view.gpu_queued_ns).zip(view.gpu_owner_need_ns).map(|((&b, &q), &o)| sdk::Gpu {
+            busy_until_ns: b,
+            queued_ns: q,
+            owner_need_ns: o,
+        }),
+    );
+    out.tenants.clear();
+    out.tenants.extend(view.tenants.iter().map(|t| sdk::Tenant {
+        home: t.home.0,
+        layers: t.layers,
+        slack_ns: t.slack_ns,
+        tpot_target_ns: t.tpot_target_ns,
+    }));
+    out.instances.clear();
+    out.instances.extend(view.instances.iter().map(instance));
+    out.homes.clear();
+    out.homes.extend(view.deployment.homes.iter().map(|h| sdk::Home {
+        tenant: h.tenant.0,
+        group: h.group.0,
+        first_layer: h.layers.0,
+        end_layer: h.layers.1,
+        is_home: h.is_home,
+        serves: h.serves,
+    }));
+    let groups = &view.deployment.groups;
+    out.groups.truncate(groups.len());
+    out.groups.resize_with(groups.len(), Vec::new);
+    for (dst, g) in out.groups.iter_mut().zip(groups) {
+        dst.clear();
+        dst.extend(g.gpus.iter().map(|x| x.0));
+    }
+    out.links.clear();
+    out.links.extend(view.group_links.iter().map(|l| sdk::Link {
+        same_device: l.kind == LinkKind::SameDevice,
+        latency_ns: l.latency_ns,
+        bandwidth: l.bandwidth,
+    }));
+}
+
+/// An engine instance in the SDK's terms.
+pub fn instance(i: &InstanceView) -> sdk::Instance {
+    sdk::Instance {
+        index: i.index,
+        tenant: i.tenant.0,
+        group: i.group.0,
+        is_home: i.is_home,
+        waiting: i.waiting,
+        running: i.running,
+        inflight: i.inflight,
+        kv_free_blocks: i.kv_free_blocks,
+        kv_total_blocks: i.kv_total_blocks,
+    }
+}
+
+/// A ready op in the SDK's terms (answers name it by its index in the batch).
+pub fn ready_op(r: &ReadyOp) -> sdk::ReadyOp {
+    sdk::ReadyOp {
+        tenant: r.tenant.0,
+        kind: op_kind(r.kind),
+        layer: r.layer,
+        predicted_ns: r.predicted_ns,
+        home: r.home.0,
+        ready_ns: r.ready_ns,
+        input_group: r.input_group.map(|g| g.0),
+        input_bytes: r.input_bytes,
+        out_bytes: r.out_bytes,
+        instance: r.instance,
+        prefill_tokens: r.prefill_tokens,
+        decodes: r.decodes,
+    }
+}
+
+pub fn op_kind(k: OpKind) -> sdk::OpKind {
+    match k {
+        OpKind::Embedding => sdk::OpKind::Embedding,
+        OpKind::InputNorm => sdk::OpKind::InputNorm,
+        OpKind::QkvProj => sdk::OpKind::QkvProj,
+        OpKind::Rope => sdk::OpKind::Rope,
+        OpKind::Attention => sdk::OpKind::Attention,
+        OpKind::OProj => sdk::OpKind::OProj,
+        OpKind::AllReduce => sdk::OpKind::AllReduce,
+        OpKind::ResidualAdd => sdk::OpKind::ResidualAdd,
+        OpKind::PostAttnNorm => sdk::OpKind::PostAttnNorm,
+        OpKind::GateUpProj => sdk::OpKind::GateUpProj,
+        OpKind::Activation => sdk::OpKind::Activation,
+        OpKind::DownProj => sdk::OpKind::DownProj,
+        OpKind::FinalNorm => sdk::OpKind::FinalNorm,
+        OpKind::LmHead => sdk::OpKind::LmHead,
+        OpKind::AllGather => sdk::OpKind::AllGather,
+        OpKind::Transfer => sdk::OpKind::Transfer,
+    }
+}
+
+pub fn replica_mode(m: sdk::ReplicaMode) -> ReplicaMode {
+    match m {
+        sdk::ReplicaMode::None => ReplicaMode::None,
+        sdk::ReplicaMode::Weights => ReplicaMode::Weights,
+        sdk::ReplicaMode::Serving => ReplicaMode::Serving,
+        sdk::ReplicaMode::Both => ReplicaMode::Both,
+    }
+}

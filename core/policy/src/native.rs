@@ -1,0 +1,74 @@
+//! Shipped policies run natively: the plugin crates' own source, called through the
+//! SDK's types, so the native and the Wasm build of a policy are one program.
+
+use crate::convert::{fill_view, instance, ready_op, replica_mode};
+use crate::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View};
+use slicesched_gmg::GroupId;
+use slicesched_plugin_sdk as sdk;
+
+/// A plugin crate's policy behind the core's [`Policy`] trait.
+pub struct Native<P> {
+    policy: P,
+    info: sdk::Info,
+    // Buffers refilled per call: a decision allocates nothing once they have grown.
+    view: sdk::View,
+    ready: Vec<sdk::ReadyOp>,
+    out: Vec<sdk::Placement>,
+    instances: Vec<sdk::Instance>,
+}
+
+impl<P: sdk::Policy> Native<P> {
+    pub fn new(policy: P) -> Self {
+        let info = policy.info();
+        Self { policy, info, view: sdk::View::default(), ready: Vec::new(), out: Vec::new(), instances: Vec::new() }
+    }
+}
+
+impl<P: sdk::Policy + Send> Policy for Native<P> {
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
+        fill_view(view, &mut self.view);
+        self.ready.clear();
+        self.ready.extend(ready.iter().map(ready_op));
+        self.out.clear();
+        // A native policy is trusted code; an error or an op index out of range still
+        // only leaves ops to the core, which runs them home and counts why.
+        if self.policy.place(&self.view, &self.ready, &mut self.out).is_ok() {
+            out.extend(self.out.iter().filter_map(|p| {
+                let r = ready.get(p.op as usize)?;
+                Some(Placement { op: r.op, group: GroupId(p.group), priority: p.priority })
+            }));
+        }
+    }
+
+    fn reads_view(&self) -> bool {
+        self.info.reads_view
+    }
+
+    fn context_switch_ns(&self) -> u64 {
+        self.info.context_switch_ns
+    }
+
+    fn spatial_sharing(&self) -> bool {
+        self.info.spatial_sharing
+    }
+
+    fn replicas(&self) -> ReplicaMode {
+        replica_mode(self.info.replicas)
+    }
+
+    fn admit(&mut self, view: &View<'_>, inst: &InstanceView) -> bool {
+        fill_view(view, &mut self.view);
+        self.policy.admit(&self.view, &instance(inst)).unwrap_or(inst.inflight == 0)
+    }
+
+    fn route(&mut self, view: &View<'_>, instances: &[InstanceView]) -> usize {
+        fill_view(view, &mut self.view);
+        self.instances.clear();
+        self.instances.extend(instances.iter().map(instance));
+        self.policy.route(&self.view, &self.instances).map_or(0, |k| k as usize)
+    }
+}

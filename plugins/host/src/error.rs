@@ -1,0 +1,61 @@
+//! What can go wrong with a plugin, always naming the plugin, its version and the cause.
+
+/// A plugin call or load that failed. The scheduler never stops on one: it counts it,
+/// decides that call with the safe built-in, and quarantines the plugin after enough.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("plugin `{plugin}` {version}: {cause}")]
+pub struct PluginError {
+    /// The plugin's name (its SHA-256 prefix until `describe` has answered).
+    pub plugin: String,
+    pub version: String,
+    #[source]
+    pub cause: Cause,
+}
+
+/// Why a plugin failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Cause {
+    /// The bytes are not a Wasm component the engine can compile.
+    #[error("not a valid Wasm component: {0}")]
+    Compile(String),
+    /// A component, but not a policy: it exports no `slicesched:policy/policy` interface,
+    /// or imports something the sandbox does not provide.
+    #[error("not a policy component: {0}")]
+    NotAPolicy(String),
+    /// A policy built against an interface version this host does not know.
+    #[error("interface version {found} is not supported (supported: {supported})")]
+    UnsupportedVersion { found: String, supported: String },
+    /// The plugin trapped (a panic, an out-of-bounds access, `unreachable`); `log` holds
+    /// its last error line (the SDK's panic hook writes the panic message there).
+    #[error("trapped in `{hook}`: {trap}{}", log.as_deref().map(|l| format!(" (plugin log: {l})")).unwrap_or_default())]
+    Trap { hook: &'static str, trap: String, log: Option<String> },
+    /// The call used up its fuel (an endless or too long computation).
+    #[error("ran out of fuel in `{hook}` ({fuel} units per call)")]
+    FuelExhausted { hook: &'static str, fuel: u64 },
+    /// The plugin tried to grow its memory past the cap.
+    #[error("hit the memory cap in `{hook}` ({cap_bytes} bytes)")]
+    MemoryCap { hook: &'static str, cap_bytes: usize },
+    /// The plugin answered an error of its own.
+    #[error("refused in `{hook}`: {message}")]
+    Refused { hook: &'static str, message: String },
+    /// An answer of the right type that makes no sense (an op index out of range or
+    /// named twice, more placements than ops, an instance index out of range).
+    #[error("malformed answer from `{hook}`: {detail}")]
+    Malformed { hook: &'static str, detail: String },
+    /// A placement the scheduler would have to refuse: no such group, weights not
+    /// resident, attention away from its KV cache.
+    #[error("invalid placement of op {op} (tenant {tenant}) on group {group}: {reason}")]
+    InvalidPlacement { op: u32, tenant: u32, group: u32, reason: &'static str },
+    /// The plugin failed too often and is no longer called.
+    #[error("quarantined after {failures} failures")]
+    Quarantined { failures: u32 },
+    /// Building the plugin from source failed.
+    #[error("build failed: {0}")]
+    Build(String),
+}
+
+impl PluginError {
+    pub(crate) fn new(plugin: &str, version: &str, cause: Cause) -> Self {
+        Self { plugin: plugin.into(), version: version.into(), cause }
+    }
+}

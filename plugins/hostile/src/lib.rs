@@ -1,0 +1,114 @@
+//! Hostile policies for the plugin host's tests: each feature turns on one
+//! misbehaviour in `place`, after a first well-behaved call, so the host sees a
+//! plugin that loads fine and goes wrong in the decision loop.
+
+use slicesched_plugin_sdk::{Info, Placement, Policy, ReadyOp, View};
+
+#[derive(Default)]
+pub struct Hostile {
+    calls: u64,
+}
+
+impl Policy for Hostile {
+    fn info(&self) -> Info {
+        Info::new("hostile", "6.6.6")
+    }
+
+    fn place(&mut self, view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+        self.calls += 1;
+        let home = |k: usize, r: &ReadyOp| Placement { op: k as u32, group: r.home, priority: 0 };
+        if self.calls == 1 {
+            out.extend(ready.iter().enumerate().map(|(k, r)| home(k, r)));
+            return Ok(());
+        }
+        misbehave(view, ready, out)
+    }
+}
+
+#[cfg(feature = "spin")]
+fn misbehave(_: &View, _: &[ReadyOp], _: &mut Vec<Placement>) -> Result<(), String> {
+    let mut x = 0u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+}
+
+#[cfg(feature = "bomb")]
+fn misbehave(_: &View, _: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        hoard.push(vec![1u8; 16 << 20]);
+        out.truncate(hoard.len() % 2);
+    }
+}
+
+#[cfg(feature = "panic")]
+fn misbehave(_: &View, ready: &[ReadyOp], _: &mut Vec<Placement>) -> Result<(), String> {
+    panic!("hostile plugin gave up on a batch of {} ops", ready.len());
+}
+
+#[cfg(feature = "refuse")]
+fn misbehave(_: &View, _: &[ReadyOp], _: &mut Vec<Placement>) -> Result<(), String> {
+    Err("refusing to decide".into())
+}
+
+#[cfg(feature = "garbage")]
+fn misbehave(_: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+    out.extend(ready.iter().map(|r| Placement { op: u32::MAX - r.tenant, group: r.home, priority: i32::MIN }));
+    Ok(())
+}
+
+#[cfg(feature = "oversized")]
+fn misbehave(_: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+    // A million placements: far more than the batch, small enough to pass the memory cap.
+    out.extend((0..1_000_000u32).map(|k| Placement { op: k % ready.len().max(1) as u32, group: 0, priority: 0 }));
+    Ok(())
+}
+
+#[cfg(feature = "no-group")]
+fn misbehave(view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+    let missing = view.groups.len() as u32 + 7;
+    out.extend(ready.iter().enumerate().map(|(k, _)| Placement { op: k as u32, group: missing, priority: 0 }));
+    Ok(())
+}
+
+#[cfg(feature = "no-weights")]
+fn misbehave(view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+    use slicesched_plugin_sdk::OpKind;
+    for (k, r) in ready.iter().enumerate() {
+        // A group that exists but holds none of the op's weights, if there is one.
+        let elsewhere = (0..view.groups.len() as u32).find(|&g| !view.holds(r.tenant, g, r.layer));
+        let group = if r.kind == OpKind::Attention { r.home } else { elsewhere.unwrap_or(r.home) };
+        out.push(Placement { op: k as u32, group, priority: 0 });
+    }
+    Ok(())
+}
+
+#[cfg(feature = "attention-away")]
+fn misbehave(view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+    use slicesched_plugin_sdk::OpKind;
+    for (k, r) in ready.iter().enumerate() {
+        let other = (r.home + 1) % view.groups.len().max(1) as u32;
+        let group = if r.kind == OpKind::Attention { other } else { r.home };
+        out.push(Placement { op: k as u32, group, priority: 0 });
+    }
+    Ok(())
+}
+
+#[cfg(not(any(
+    feature = "spin",
+    feature = "bomb",
+    feature = "panic",
+    feature = "refuse",
+    feature = "garbage",
+    feature = "oversized",
+    feature = "no-group",
+    feature = "no-weights",
+    feature = "attention-away"
+)))]
+fn misbehave(_: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+    out.extend(ready.iter().enumerate().map(|(k, r)| Placement { op: k as u32, group: r.home, priority: 0 }));
+    Ok(())
+}
+
+slicesched_plugin_sdk::export_policy!(Hostile);

@@ -1,0 +1,121 @@
+//! Guest SDK for SliceScheduler policy plugins.
+//!
+//! A policy is a type implementing [`Policy`]: [`Policy::info`] is required, every
+//! other hook has a safe default. The same source builds two ways:
+//!
+//! - natively, as an `rlib` the core calls through its adapter (this is how the
+//!   shipped policies run when the scheduler is asked for `native:NAME`);
+//! - for `wasm32-unknown-unknown` with the `guest` feature, where [`export_policy!`]
+//!   wires the type to the exports of `plugins/wit/since_v0.1.0/policy.wit` and
+//!   `slicesched plugin build` turns the module into a component.
+//!
+//! The data types mirror the WIT records one for one. Ops are named by their index in
+//! the `ready` slice, groups and GPUs by their index in the view.
+//!
+//! ```
+//! use slicesched_plugin_sdk::{Info, Placement, Policy, ReadyOp, View};
+//!
+//! #[derive(Default)]
+//! struct Home;
+//!
+//! impl Policy for Home {
+//!     fn info(&self) -> Info {
+//!         Info::new("home", "0.1.0")
+//!     }
+//!     fn place(&mut self, _view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+//!         out.extend(ready.iter().enumerate().map(|(i, r)| Placement { op: i as u32, group: r.home, priority: 0 }));
+//!         Ok(())
+//!     }
+//! }
+//! // slicesched_plugin_sdk::export_policy!(Home);
+//! ```
+
+// Lets the generated bindings name this crate by its path from inside it too.
+#[cfg(feature = "guest")]
+extern crate self as slicesched_plugin_sdk;
+
+mod types;
+mod view;
+
+pub use types::*;
+
+#[cfg(feature = "guest")]
+pub mod guest;
+
+/// The WIT interface version this SDK implements.
+pub const INTERFACE_VERSION: &str = "0.1.0";
+
+/// A placement policy. Only [`Policy::info`] is required; each other hook defaults to
+/// what the `dedicated` baseline does, which is always safe.
+pub trait Policy {
+    /// Name, version and the core services the policy uses.
+    fn info(&self) -> Info;
+
+    /// Places a batch of ready ops by pushing to `out` (which arrives empty). Ops left
+    /// out run on their home group.
+    fn place(&mut self, _view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+        out.extend(ready.iter().enumerate().map(|(i, r)| Placement { op: i as u32, group: r.home, priority: 0 }));
+        Ok(())
+    }
+
+    /// Whether `inst` may start another micro-batch while `inst.inflight` execute.
+    fn admit(&mut self, _view: &View, inst: &Instance) -> Result<bool, String> {
+        Ok(inst.inflight == 0)
+    }
+
+    /// Which of a tenant's instances (home first) takes a new request.
+    fn route(&mut self, _view: &View, _instances: &[Instance]) -> Result<u32, String> {
+        Ok(0)
+    }
+}
+
+/// Wires a type implementing [`Policy`] and `Default` to the component's exports.
+///
+/// On a native build this expands to nothing: the core calls the type directly. On
+/// `wasm32` (with the SDK's `guest` feature) it keeps one instance of the policy, turns
+/// the WIT values into the SDK's types and back, and installs a panic hook that sends
+/// the panic message to the host's `log` before the module aborts (a bare trap would
+/// lose it).
+#[macro_export]
+macro_rules! export_policy {
+    ($ty:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            struct __SliceschedExports;
+            ::std::thread_local! {
+                static POLICY: ::std::cell::RefCell<$crate::guest::State<$ty>> =
+                    ::std::cell::RefCell::new($crate::guest::State::new(<$ty as ::core::default::Default>::default()));
+            }
+            impl $crate::guest::exports::slicesched::policy::policy::Guest for __SliceschedExports {
+                fn describe() -> $crate::guest::wit::Info {
+                    POLICY.with(|p| p.borrow_mut().describe())
+                }
+                fn configure(
+                    deployment: $crate::guest::wit::Deployment,
+                ) -> ::core::result::Result<(), ::std::string::String> {
+                    POLICY.with(|p| p.borrow_mut().configure(deployment))
+                }
+                fn place(
+                    view: $crate::guest::wit::View,
+                    ready: ::std::vec::Vec<$crate::guest::wit::ReadyOp>,
+                ) -> ::core::result::Result<::std::vec::Vec<$crate::guest::wit::Placement>, ::std::string::String>
+                {
+                    POLICY.with(|p| p.borrow_mut().place(view, ready))
+                }
+                fn admit(
+                    view: $crate::guest::wit::View,
+                    inst: $crate::guest::wit::Instance,
+                ) -> ::core::result::Result<bool, ::std::string::String> {
+                    POLICY.with(|p| p.borrow_mut().admit(view, inst))
+                }
+                fn route(
+                    view: $crate::guest::wit::View,
+                    instances: ::std::vec::Vec<$crate::guest::wit::Instance>,
+                ) -> ::core::result::Result<u32, ::std::string::String> {
+                    POLICY.with(|p| p.borrow_mut().route(view, instances))
+                }
+            }
+            $crate::guest::export!(__SliceschedExports);
+        };
+    };
+}

@@ -1,0 +1,117 @@
+//! `slice`: SliceScheduler's operator-level, simulation-guided policy.
+
+use slicesched_plugin_sdk::{Info, Instance, OpKind, Placement, Policy, ReadyOp, ReplicaMode, View};
+
+/// Operator-level placement on top of request-level multiplexing: where a whole model
+/// and a KV cache fit in another GPU's spare memory the tenant gets a serving copy and
+/// requests go to the least-loaded copy (what `pooled` does); everywhere, each ready op
+/// goes to whichever group holding its weights (whole or a layer range) finishes it
+/// first, transfer of its input included, borrowing other tenants' idle slices;
+/// attention stays with the KV cache; the owner of a GPU keeps first claim at every op
+/// boundary (the core enforces that too). Decode steps and low-slack tenants go first,
+/// and an instance with requests waiting may run extra micro-batches while groups
+/// holding its weights sit idle.
+#[derive(Debug, Clone)]
+pub struct Slice {
+    /// Most micro-batches of one instance executing at once.
+    pub max_inflight: u32,
+    /// Reused by `route` (the candidates it compares).
+    candidates: Vec<Instance>,
+}
+
+impl Default for Slice {
+    fn default() -> Self {
+        Self { max_inflight: 4, candidates: Vec::new() }
+    }
+}
+
+/// How far ahead a GPU's owner must have nothing to do for its GPU to count as spare.
+const SPARE_HORIZON_NS: u64 = 20_000_000;
+
+impl Policy for Slice {
+    fn info(&self) -> Info {
+        Info { replicas: ReplicaMode::Both, ..Info::new("slice", env!("CARGO_PKG_VERSION")) }
+    }
+
+    fn route(&mut self, view: &View, instances: &[Instance]) -> Result<u32, String> {
+        // Stay home unless the home has a queue and a copy sits on GPUs that are idle
+        // and whose owner has nothing in sight: a copy on a busy owner's GPU would take
+        // that owner's time without the core's guard, and splitting a busy tenant's
+        // batch reads its weights twice for the same tokens.
+        let Some(home) = instances.first() else { return Ok(0) };
+        if home.waiting == 0 {
+            return Ok(0);
+        }
+        self.candidates.clear();
+        self.candidates.push(*home);
+        self.candidates.extend(instances.iter().skip(1).filter(|i| spare(view, i.group)));
+        if self.candidates.len() == 1 {
+            return Ok(0);
+        }
+        let k = view.least_loaded(&self.candidates);
+        if k == 0 {
+            return Ok(0);
+        }
+        let chosen = self.candidates[k].index;
+        Ok(instances.iter().position(|i| i.index == chosen).unwrap_or(0) as u32)
+    }
+
+    fn place(&mut self, view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
+        for (k, r) in ready.iter().enumerate() {
+            let t = &view.tenants[r.tenant as usize];
+            // Less slack, higher priority (ms resolution, clamped); decode-only steps,
+            // short and what TPOT waits on, go before prefill chunks.
+            let slack = (-(t.slack_ns / 1_000_000)).clamp(-1_000_000, 1_000_000) as i32;
+            let priority = slack + if r.prefill_tokens == 0 { 2_000_000 } else { 0 };
+            let mut best = (finish(view, r, r.home), r.home);
+            if r.kind != OpKind::Attention {
+                for h in view.homes.iter().filter(|h| h.tenant == r.tenant && h.group != r.home) {
+                    let holds = match r.layer {
+                        Some(l) => h.first_layer <= l && l < h.end_layer,
+                        None => h.first_layer == 0 && h.end_layer == t.layers,
+                    };
+                    if !holds {
+                        continue;
+                    }
+                    let f = finish(view, r, h.group);
+                    // Borrow only when it clearly wins, and never into a GPU whose
+                    // owner needs it before the op would be done.
+                    let owner_ok =
+                        view.groups[h.group as usize].iter().all(|&g| view.gpus[g as usize].owner_need_ns >= f);
+                    if owner_ok && f + 2_000 < best.0 {
+                        best = (f, h.group);
+                    }
+                }
+            }
+            out.push(Placement { op: k as u32, group: best.1, priority });
+        }
+        Ok(())
+    }
+
+    fn admit(&mut self, view: &View, inst: &Instance) -> Result<bool, String> {
+        if inst.inflight == 0 {
+            return Ok(true);
+        }
+        if inst.inflight >= self.max_inflight || inst.waiting == 0 {
+            return Ok(false);
+        }
+        // Another micro-batch only pays when some group holding the weights is spare.
+        Ok(view.homes.iter().filter(|h| h.tenant == inst.tenant && h.group != inst.group).any(|h| spare(view, h.group)))
+    }
+}
+
+/// Idle now, and its owners need it for none of the next [`SPARE_HORIZON_NS`].
+fn spare(view: &View, group: u32) -> bool {
+    view.group_free_at(group) <= view.now_ns
+        && view.groups[group as usize]
+            .iter()
+            .all(|&g| view.gpus[g as usize].owner_need_ns > view.now_ns + SPARE_HORIZON_NS)
+}
+
+/// When `r` would finish on `group`: its input's transfer, then the group's queue.
+fn finish(view: &View, r: &ReadyOp, group: u32) -> u64 {
+    let arrive = view.now_ns + r.input_group.map_or(0, |from| view.transfer_ns(from, group, r.input_bytes));
+    arrive.max(view.group_free_at(group)) + r.predicted_ns
+}
+
+slicesched_plugin_sdk::export_policy!(Slice);
