@@ -23,7 +23,9 @@ async fn bad_bodies_are_refused_and_change_nothing(pool: PgPool) {
     let (ta, _) = tenant(&app, "alpha").await;
     let sla_path = format!("/api/v1/tenants/{ta}/sla");
     let before = snapshot(&pool).await;
-    let cases: Vec<(Method, &str, &str, String, StatusCode, Option<&str>)> = vec![
+    // (method, path, content type, body, expected status, field named)
+    type Case<'a> = (Method, &'a str, &'a str, String, StatusCode, Option<&'a str>);
+    let cases: Vec<Case> = vec![
         (Method::POST, "/api/v1/tenants", "application/json", "{\"name\": \"x\", ".into(), StatusCode::BAD_REQUEST, Some("body")),
         (Method::POST, "/api/v1/tenants", "application/json", "[1,2]".into(), StatusCode::UNPROCESSABLE_ENTITY, None),
         (Method::POST, "/api/v1/tenants", "text/plain", "{}".into(), StatusCode::UNSUPPORTED_MEDIA_TYPE, None),
