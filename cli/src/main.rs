@@ -7,7 +7,7 @@ mod plugin;
 mod plugin_bench;
 mod policies;
 mod replay;
-mod search;
+mod serve;
 mod sweep;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +35,8 @@ enum Command {
     Compare(compare::Args),
     /// Find each policy's goodput: the highest arrival-rate scale within SLA violation targets.
     Sweep(sweep::Args),
+    /// Serve the control plane: REST API, web UI and background runs over Postgres.
+    Serve(serve::Args),
     /// Policy plugins: build, validate, measure.
     Plugin {
         #[command(subcommand)]
@@ -50,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Plugin { command } => plugin::run(command),
     };
     // A reader that stops early (`| head`) is not an error worth a message.

@@ -1,0 +1,85 @@
+//! A real policy component (the template plugin, built by `scripts/test.sh` into
+//! `target/plugins/`) uploads once, is listed, runs a replay, and stops being offered
+//! once disabled.
+
+use crate::common::*;
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use serde_json::json;
+use sqlx::PgPool;
+
+fn component(name: &str) -> Vec<u8> {
+    let path = repo().join(format!("target/plugins/{name}.wasm"));
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (build the shipped plugins first: scripts/test.sh does)", path.display()))
+}
+
+fn upload(ct: &str, body: Vec<u8>) -> Request<Body> {
+    Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/plugins")
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::CONTENT_TYPE, ct)
+        .body(Body::from(body))
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_valid_component_uploads_once_runs_and_disables(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    let bytes = component("template");
+    let (s, p) = send(&app, upload("application/wasm", bytes.clone())).await;
+    assert_eq!(s, StatusCode::CREATED, "{p}");
+    assert_eq!(p["name"], "template");
+    assert_eq!(p["state"], "active");
+    assert_eq!(p["builtin"], false);
+    assert_eq!(p["size_bytes"], bytes.len() as u64);
+    assert_eq!(p["sha256_hex"], hex_sha256(&bytes));
+    // The same bytes again, raw or in a form: a conflict, nothing stored twice.
+    let (s, v) = send(&app, upload("application/wasm", bytes.clone())).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::CONFLICT, Some("bytes")));
+    let mut form = b"--XX\r\nContent-Disposition: form-data; name=\"component\"; filename=\"t.wasm\"\r\n\r\n".to_vec();
+    form.extend_from_slice(&bytes);
+    form.extend_from_slice(b"\r\n--XX--\r\n");
+    let (s, _) = send(&app, upload("multipart/form-data; boundary=XX", form)).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    let (n,): (i64,) =
+        sqlx::query_as("select count(*) from plugins where name = 'template'").fetch_one(&pool).await.unwrap();
+    assert_eq!(n, 1);
+
+    let (s, run) =
+        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "template" })).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{run}");
+    let run = wait_run(&app, run["id"].as_str().unwrap(), finished).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["summary"]["oom_events"], 0);
+
+    let id = p["id"].as_str().unwrap();
+    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/disable"), ADMIN, json!({})).await;
+    assert_eq!((s, v["state"].as_str()), (StatusCode::OK, Some("disabled")));
+    let (s, v) =
+        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "template" })).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("policy")), "{v}");
+}
+
+fn hex_sha256(b: &[u8]) -> String {
+    slicesched_api::auth::sha256_bytes(b).iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn the_shipped_components_are_registered_at_start_up(pool: PgPool) {
+    let mut c = config();
+    c.plugins_dir = repo().join("target/plugins");
+    let _ = component("slice"); // fails clearly when the plugins were not built
+    let app = slicesched_api::app(state_with(pool.clone(), c.clone()).await);
+    // Registering again (a restart) adds nothing.
+    slicesched_api::server::register_shipped(&state_with(pool, c).await).await.unwrap();
+    let (_, list) = get(&app, "/api/v1/plugins", ADMIN).await;
+    let items = list["items"].as_array().unwrap();
+    for name in ["dedicated", "timeslice", "mps", "pooled", "slice"] {
+        let of: Vec<_> = items.iter().filter(|p| p["name"] == name).collect();
+        assert_eq!(of.len(), 2, "{name}: the component and the native build: {of:?}");
+        assert!(of.iter().any(|p| p["builtin"] == false && p["size_bytes"].as_i64().unwrap() > 1000));
+    }
+    assert!(!items.iter().any(|p| p["name"] == "template"), "only the shipped policies are registered");
+}
