@@ -1,0 +1,51 @@
+// One place decides units so every page says ms and tokens/s the same way.
+
+export function ms(v: number | null | undefined, digits = 1): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '–';
+  if (v >= 10_000) return `${(v / 1000).toFixed(1)} s`;
+  return `${v.toFixed(v < 10 ? Math.max(digits, 2) : digits)} ms`;
+}
+
+export function tokPerS(v: number | null | undefined): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '–';
+  return `${num(v)} tok/s`;
+}
+
+export function num(v: number | null | undefined): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '–';
+  if (Math.abs(v) >= 1e6) return `${(v / 1e6).toFixed(2)} M`;
+  if (Math.abs(v) >= 1e4) return `${(v / 1e3).toFixed(1)} k`;
+  return Number.isInteger(v) ? String(v) : v.toFixed(1);
+}
+
+export function pct(v: number | null | undefined, digits = 1): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '–';
+  return `${(v * 100).toFixed(digits)} %`;
+}
+
+export function ratio(v: number | null | undefined): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '–';
+  return `${v.toFixed(2)}×`;
+}
+
+/** Nanoseconds as a human duration with a unit that fits its size. */
+export function dur(ns: number): string {
+  const a = Math.abs(ns);
+  if (a < 1e3) return `${ns.toFixed(0)} ns`;
+  if (a < 1e6) return `${(ns / 1e3).toFixed(a < 1e4 ? 2 : 1)} µs`;
+  if (a < 1e9) return `${(ns / 1e6).toFixed(a < 1e7 ? 3 : 2)} ms`;
+  return `${(ns / 1e9).toFixed(3)} s`;
+}
+
+export function when(iso: string | null | undefined): string {
+  if (!iso) return '–';
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return iso;
+  return d.toISOString().replace('T', ' ').slice(0, 19) + ' UTC';
+}
+
+export function bytes(n: number): string {
+  if (n >= 1 << 20) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  if (n >= 1 << 10) return `${(n / (1 << 10)).toFixed(1)} KiB`;
+  return `${n} B`;
+}
