@@ -15,7 +15,7 @@ export function num(v: number | null | undefined): string {
   if (v === null || v === undefined || !Number.isFinite(v)) return '–';
   if (Math.abs(v) >= 1e6) return `${(v / 1e6).toFixed(2)} M`;
   if (Math.abs(v) >= 1e4) return `${(v / 1e3).toFixed(1)} k`;
-  return Number.isInteger(v) ? String(v) : v.toFixed(1);
+  return Number.isInteger(v) || Math.abs(v) >= 100 ? String(Math.round(v)) : v.toFixed(1);
 }
 
 export function pct(v: number | null | undefined, digits = 1): string {
@@ -48,4 +48,10 @@ export function bytes(n: number): string {
   if (n >= 1 << 20) return `${(n / (1 << 20)).toFixed(1)} MiB`;
   if (n >= 1 << 10) return `${(n / (1 << 10)).toFixed(1)} KiB`;
   return `${n} B`;
+}
+
+/** Run ids are UUIDs: the first 8 hex digits tell runs apart on a page, the link keeps all. */
+export function shortId(id: string | number): string {
+  const s = String(id);
+  return `#${/^[0-9a-f]{8}-/.test(s) ? s.slice(0, 8) : s}`;
 }

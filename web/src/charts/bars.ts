@@ -10,7 +10,7 @@ export function histogram(bins: Bin[], o: { xLabel: string; yLabel: string; widt
   const max = Math.max(1e-9, ...bins.map((b) => b.value));
   const bw = (W - L - R) / Math.max(1, bins.length);
   const sy = (v: number) => T + (1 - v / max) * (H - T - B);
-  const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': `${o.yLabel} by ${o.xLabel}` });
+  const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', style: `max-width:${W}px`, role: 'img', 'aria-label': `${o.yLabel} by ${o.xLabel}` });
   for (const t of niceTicks(0, max, 4)) {
     g.append(svg('line', { x1: L, x2: W - R, y1: sy(t), y2: sy(t), class: 'grid' }),
       svg('text', { x: L - 6, y: sy(t) + 4, 'text-anchor': 'end', class: 'tick' }, tickLabel(t)));

@@ -21,7 +21,7 @@ export function lineChart(series: LineSeries[], o: LineOpts): HTMLElement {
   const sx = (v: number) => L + ((tx(v) - x0) / (x1 - x0 || 1)) * (W - L - R);
   const sy = (v: number) => T + (1 - v / y1) * (H - T - B);
   const fmt = o.yFormat ?? tickLabel;
-  const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': `${o.yLabel} against ${o.xLabel}` });
+  const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', style: `max-width:${W}px`, role: 'img', 'aria-label': `${o.yLabel} against ${o.xLabel}` });
   for (const t of niceTicks(0, y1, 4)) {
     g.append(svg('line', { x1: L, x2: W - R, y1: sy(t), y2: sy(t), class: 'grid' }),
       svg('text', { x: L - 6, y: sy(t) + 4, 'text-anchor': 'end', class: 'tick' }, fmt(t)));

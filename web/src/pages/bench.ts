@@ -1,5 +1,5 @@
-// #/bench?ops=200000&gpus=8&tenants=10: the timeline on a synthetic run, with every op
-// in view at the start. The browser test drives zoom and pan here and reads the frame
+// #/bench?ops=400000&view=0.5&gpus=8&tenants=10: the timeline on a synthetic run, with
+// the first half of it (200k ops) in view at the start. The browser test drives zoom and pan here and reads the frame
 // times from window.__timeline; it needs no server data, so it measures drawing alone.
 
 import { h } from '../dom';
@@ -19,7 +19,7 @@ export const benchPage: Page = (main, ctx) => {
     label: `synthetic: ${n.toLocaleString('en')} operators, ${gpus} GPUs, ${tenants} tenants`,
     from: 0, to: data.to, gpus: Array.from({ length: gpus }, (_, g) => g), tenants: names,
     fetch: async () => data,
-  }], null, () => undefined);
+  }], { from: 0, to: data.to * Number(q.get('view') ?? 1) }, () => undefined);
   ctx.onLeave(() => tl.destroy());
   main.append(h('h1', null, 'Timeline benchmark'),
     h('p', { class: 'hint' }, `Generated in ${genMs.toFixed(0)} ms. Wheel zooms, drag pans; window.__timeline holds the frame times.`),

@@ -2,7 +2,7 @@ import { api, qs } from '../api';
 import { histogram } from '../charts/bars';
 import { lineChart } from '../charts/line';
 import { h } from '../dom';
-import { ms, pct, ratio, tokPerS } from '../format';
+import { ms, pct, ratio, tokPerS, shortId } from '../format';
 import { policyColor } from '../palette';
 import { go } from '../router';
 import type { Page as ApiPage, Run, Summary, SweepReport } from '../types';
@@ -15,7 +15,7 @@ export const comparePage: Page = async (main, ctx) => {
     .then((p) => p.items.filter((r) => r.kind === 'sweep'));
   const pick = h('select', { id: 'sweep-pick', 'aria-label': 'Sweep run', onchange: () => go(`/compare?run=${pick.value}`) },
     h('option', { value: '' }, sweeps.length ? 'choose a sweep…' : 'no finished sweep'),
-    sweeps.map((r) => h('option', { value: String(r.id), selected: String(r.id) === id }, `#${r.id} ${r.scenario} (${r.policies.join(', ')})`)));
+    sweeps.map((r) => h('option', { value: String(r.id), selected: String(r.id) === id }, `${shortId(r.id)} ${r.scenario} (${r.policies.join(', ')})`)));
   main.append(h('div', { class: 'page-head' }, h('h1', null, 'Compare policies'), h('label', null, 'Sweep: ', pick)));
   if (!id) {
     main.append(empty('Pick a sweep', 'A sweep replays a scenario at rising arrival rates under each policy and finds the goodput: the highest rate whose violation rate stays under a target.'));
@@ -24,7 +24,7 @@ export const comparePage: Page = async (main, ctx) => {
   const run = await api<Run>(`/runs/${id}`);
   const rep = run.summary as SweepReport | null;
   if (run.kind !== 'sweep' || run.status !== 'succeeded' || !rep) {
-    main.append(h('div', { class: 'state state-error' }, h('h3', null, `Run #${id} has no sweep results`),
+    main.append(h('div', { class: 'state state-error' }, h('h3', null, `Run ${shortId(id)} has no sweep results`),
       h('p', null, 'Status: ', badge(run.status), run.error ? ` — ${run.error}` : '')));
     return;
   }
@@ -63,7 +63,7 @@ export const comparePage: Page = async (main, ctx) => {
       ['Run', 'Policy', 'Output', 'Prompt', 'Violations', 'TTFT p99', 'TPOT p99', 'GPU busy', 'OOM', ''],
       replays.map((r) => {
         const s = r.summary as Summary;
-        return [link(`#/runs/${r.id}`, `#${r.id}`), r.policies.join(', '), tokPerS(s.output_tokens_per_s),
+        return [link(`#/runs/${r.id}`, shortId(r.id)), r.policies.join(', '), tokPerS(s.output_tokens_per_s),
           tokPerS(s.prompt_tokens_per_s), pct(s.violation_rate), ms(s.ttft_p99_ms), ms(s.tpot_p99_ms),
           pct(s.gpu_busy_fraction), String(s.oom_events), link(`#/runs/${r.id}/timeline`, 'timeline')];
       }))));

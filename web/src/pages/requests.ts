@@ -20,7 +20,7 @@ export function requestsTable(run: Run, s: Summary): HTMLElement {
   async function load(): Promise<void> {
     let page: { items: Record<string, unknown>[]; next_cursor: string | null };
     try {
-      page = await api(`/runs/${run.id}/requests${qs({ ...f, limit: 50, cursor: cursors[cursors.length - 1] })}`);
+      page = await api(`/runs/${run.id}/requests${qs({ ...f, limit: 25, cursor: cursors[cursors.length - 1] })}`);
     } catch (e) {
       clear(body);
       body.append(errorBox(e, () => void load()));
@@ -47,7 +47,7 @@ export function requestsTable(run: Run, s: Summary): HTMLElement {
     clear(pager);
     pager.append(
       h('button', { class: 'btn', disabled: cursors.length === 1, onclick: () => { cursors.pop(); void load(); } }, '← Previous'),
-      h('span', { class: 'hint' }, `page ${cursors.length} · 50 per page`),
+      h('span', { class: 'hint' }, `page ${cursors.length} · 25 per page`),
       h('button', { class: 'btn', disabled: !page.next_cursor, onclick: () => { cursors.push(page.next_cursor); void load(); } }, 'Next →'));
   }
   void load();

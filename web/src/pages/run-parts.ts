@@ -113,9 +113,9 @@ export function gpuPanel(s: Summary): HTMLElement {
     `${ms(g.idle_gap_p50_ms, 3)} / ${ms(g.idle_gap_p90_ms, 3)}`, `${num(g.peak_memory_gb)} / ${num(g.capacity_gb)} GB`,
     String(g.oom_events),
   ]);
-  const wrap = h('div', { class: 'grid2' },
+  const wrap = h('div', null,
     table(['GPU', 'SKU', 'Busy', 'Busy time', 'Borrowed share', 'Idle gaps', 'Gap p50 / p90', 'Peak memory', 'OOM'], rows, 'gpus'),
-    h('div', null, h('h3', null, 'Idle time by gap length ', choose), hist));
+    h('div', { class: 'gap-box' }, h('h3', null, 'Idle time by gap length on ', choose), hist));
   if (s.gpus.length) draw(s.gpus[0].gpu);
   return wrap;
 }

@@ -1,6 +1,6 @@
 import { api, qs } from '../api';
 import { clear, h } from '../dom';
-import { ms, num, pct, tokPerS, when } from '../format';
+import { ms, num, pct, tokPerS, when, shortId } from '../format';
 import { go } from '../router';
 import type { Run, Series, Summary } from '../types';
 import { badge, card, errorBox, progressBar, section } from '../ui';
@@ -45,7 +45,7 @@ function header(run: Run): HTMLElement {
   const s = run.summary as Summary | null;
   return h('div', { class: 'page-head' },
     h('div', null,
-      h('h1', null, `Run #${run.id} `, h('small', null, `${run.kind} · ${run.scenario} · ${(run.policies ?? []).join(', ')}`)),
+      h('h1', null, `Run ${shortId(run.id)} `, h('small', null, `${run.kind} · ${run.scenario} · ${(run.policies ?? []).join(', ')}`)),
       h('div', { class: 'meta' }, badge(run.status), ' created ', when(run.created_at),
         run.finished_at ? ` · finished ${when(run.finished_at)}` : '',
         s ? ` · simulated ${num(s.duration_s)} s, ${num(s.requests)} requests` : '')),

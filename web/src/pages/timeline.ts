@@ -1,6 +1,6 @@
 import { api, qs } from '../api';
 import { h } from '../dom';
-import { dur } from '../format';
+import { dur, shortId } from '../format';
 import { tenantColor } from '../palette';
 import { replaceQuery } from '../router';
 import { fromApi } from '../timeline/data';
@@ -18,7 +18,7 @@ async function source(run: Run): Promise<Source> {
   const gpus = Array.from({ length: meta.gpus }, (_, g) => g);
   const tenants = meta.tenants.map((t) => (typeof t === 'string' ? t : (t as { name: string }).name));
   return {
-    label: `#${run.id} ${(run.policies ?? []).join(', ')} — ${run.scenario}`,
+    label: `${shortId(run.id)} ${(run.policies ?? []).join(', ')} — ${run.scenario}`,
     from: meta.from_ns, to: meta.to_ns, gpus, tenants,
     async fetch(from, to, signal) {
       const w = await api<TimelineWindow>(`/runs/${run.id}/timeline${qs({
@@ -39,7 +39,7 @@ export const timelinePage: Page = async (main, ctx) => {
     h('a', { class: 'btn', href: `#/runs/${id}` }, '← Run detail'));
   main.append(head);
   if (run.status !== 'succeeded') {
-    main.append(empty('No timeline', `Run #${id} is ${run.status}: only a finished replay has a timeline.`));
+    main.append(empty('No timeline', `Run ${shortId(id)} is ${run.status}: only a finished replay has a timeline.`));
     return;
   }
   const sources = [await source(run)];
@@ -54,7 +54,7 @@ export const timelinePage: Page = async (main, ctx) => {
     if (pick.value) q.set('with', pick.value); else q.delete('with');
     location.hash = `#/runs/${id}/timeline?${q}`;
   } }, h('option', { value: '' }, peers.length ? 'none' : 'no other replay of this scenario'),
-  peers.map((r) => h('option', { value: String(r.id), selected: String(r.id) === withId }, `#${r.id} ${(r.policies ?? []).join(', ')}`)));
+  peers.map((r) => h('option', { value: String(r.id), selected: String(r.id) === withId }, `${shortId(r.id)} ${(r.policies ?? []).join(', ')}`)));
 
   const q = ctx.route.query;
   const initial = q.get('from') && q.get('to') ? { from: Number(q.get('from')), to: Number(q.get('to')) } : null;
@@ -70,8 +70,8 @@ export const timelinePage: Page = async (main, ctx) => {
   const tenants = sources[0].tenants;
   main.append(
     h('div', { class: 'toolbar' },
-      h('button', { class: 'btn', onclick: () => tl.zoom(0.5), 'aria-label': 'Zoom in' }, '＋ Zoom in'),
-      h('button', { class: 'btn', onclick: () => tl.zoom(2), 'aria-label': 'Zoom out' }, '－ Zoom out'),
+      h('button', { class: 'btn', onclick: () => tl.zoom(0.5), 'aria-label': 'Zoom in' }, '+ Zoom in'),
+      h('button', { class: 'btn', onclick: () => tl.zoom(2), 'aria-label': 'Zoom out' }, '− Zoom out'),
       h('button', { class: 'btn', onclick: () => tl.pan(-0.25), 'aria-label': 'Pan left' }, '←'),
       h('button', { class: 'btn', onclick: () => tl.pan(0.25), 'aria-label': 'Pan right' }, '→'),
       h('button', { class: 'btn', onclick: () => tl.reset() }, 'Whole run'),

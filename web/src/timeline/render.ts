@@ -3,7 +3,7 @@
 // per tenant in one path, so 200k ops in view cost a walk over typed arrays and a few
 // thousand rect() calls.
 
-import { tenantColor } from '../palette';
+import { tenantColor, tenantRgba } from '../palette';
 import { dur } from '../format';
 import { lowerBound, type OpsData, type WindowData } from './data';
 
@@ -64,10 +64,11 @@ export interface DrawStats { opsInView: number; rects: number }
 
 export function draw(ctx: CanvasRenderingContext2D, width: number, lay: Layout, tracks: Track[], v: View): DrawStats {
   const stats: DrawStats = { opsInView: 0, rects: 0 };
-  ctx.clearRect(0, 0, width, lay.height);
+  ctx.fillStyle = '#fff';
+  ctx.fillRect(0, 0, width, lay.height);
   const plotW = width - GUTTER;
   const k = plotW / (v.to - v.from);
-  axis(ctx, width, lay.height, v, k);
+  axisLabels(ctx, width, v, k);
   tracks.forEach((t, ti) => {
     const tl = lay.tracks[ti];
     ctx.fillStyle = '#222';
@@ -80,8 +81,10 @@ export function draw(ctx: CanvasRenderingContext2D, width: number, lay: Layout, 
       ctx.fillStyle = '#444';
       ctx.font = '11px system-ui, sans-serif';
       ctx.fillText(`GPU ${r.gpu}`, 4, r.y + lay.rowH / 2);
-      ctx.fillStyle = idleFill(ctx);
-      ctx.fillRect(GUTTER, r.y, plotW, lay.rowH);
+      if (t.data?.mode !== 'ops') {
+        ctx.fillStyle = idleFill(ctx);
+        ctx.fillRect(GUTTER, r.y, plotW, lay.rowH);
+      }
       if (!t.data) continue;
       ctx.save();
       ctx.beginPath();
@@ -92,101 +95,103 @@ export function draw(ctx: CanvasRenderingContext2D, width: number, lay: Layout, 
       ctx.restore();
     }
   });
+  gridLines(ctx, width, lay.height, v, k);
   return stats;
 }
 
-function axis(ctx: CanvasRenderingContext2D, width: number, height: number, v: View, k: number): void {
-  const span = v.to - v.from;
-  const raw = span / Math.max(2, Math.floor((width - GUTTER) / 110));
+function axisStep(width: number, v: View): number {
+  const raw = (v.to - v.from) / Math.max(2, Math.floor((width - GUTTER) / 110));
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? raw;
+  return [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? raw;
+}
+
+function gridLines(ctx: CanvasRenderingContext2D, width: number, height: number, v: View, k: number): void {
+  const step = axisStep(width, v);
+  ctx.fillStyle = '#00000014';
+  for (let t = Math.ceil(v.from / step) * step; t <= v.to; t += step) {
+    ctx.fillRect(Math.round(GUTTER + (t - v.from) * k), AXIS_H, 1, height - AXIS_H);
+  }
+}
+
+function axisLabels(ctx: CanvasRenderingContext2D, width: number, v: View, k: number): void {
+  const step = axisStep(width, v);
   ctx.font = '11px system-ui, sans-serif';
   ctx.textBaseline = 'middle';
   ctx.textAlign = 'center';
-  for (let t = Math.ceil(v.from / step) * step; t <= v.to; t += step) {
-    const x = GUTTER + (t - v.from) * k;
-    ctx.fillStyle = '#555';
-    ctx.fillText(dur(t), x, AXIS_H / 2);
-    ctx.fillStyle = '#0000000f';
-    ctx.fillRect(Math.round(x), AXIS_H, 1, height - AXIS_H);
-  }
+  ctx.fillStyle = '#555';
+  for (let t = Math.ceil(v.from / step) * step; t <= v.to; t += step) ctx.fillText(dur(t), GUTTER + (t - v.from) * k, AXIS_H / 2);
   ctx.textAlign = 'start';
 }
 
-// Scratch buffers reused across frames: one rect list per tenant (x, w pairs).
-let scratch: Float64Array[] = [];
-let counts: Int32Array = new Int32Array(0);
+// Per-column scratch of one row, reused across rows and frames.
+let colTenant = new Int32Array(0), colBest = new Float32Array(0), colCover = new Float32Array(0);
+let colMark = new Uint8Array(0);
+const MARK_BORROWED = 1, MARK_TRANSFER = 2;
 
+/**
+ * Ops are rasterised per pixel column: each column takes the colour of the tenant that
+ * covers most of it, blended with the idle hatch by how much of the column is busy. So
+ * a zoomed-out view shows density (sparse = pale, idle = hatched) and the cost is one
+ * pass over the ops in view plus one putImageData per row, whatever their number.
+ */
 function drawOpsRow(ctx: CanvasRenderingContext2D, d: OpsData, gpu: number, y: number, h: number, v: View, k: number,
-  plotW: number, tenants: number, stats: DrawStats): void {
+  plotW: number, _tenants: number, stats: DrawStats): void {
   if (gpu >= d.gpuCount) return;
+  const dpr = ctx.getTransform().a || 1;
+  const W = Math.max(1, Math.round(plotW * dpr));
+  const kd = k * dpr;
+  if (colTenant.length < W) {
+    colTenant = new Int32Array(W); colBest = new Float32Array(W); colCover = new Float32Array(W); colMark = new Uint8Array(W);
+  }
+  colTenant.fill(-1, 0, W); colBest.fill(0, 0, W); colCover.fill(0, 0, W); colMark.fill(0, 0, W);
   const lo = d.rowOff[gpu], hi = d.rowOff[gpu + 1];
   let i = lowerBound(d.start, v.from - d.maxDur[gpu], lo, hi);
-  const nT = Math.max(tenants, 1);
-  if (scratch.length < nT) scratch = Array.from({ length: nT }, () => new Float64Array(4096));
-  if (counts.length < nT) counts = new Int32Array(nT);
-  counts.fill(0);
-  // Per tenant, the rect being grown: merged while the next op starts within half a pixel.
-  const curX0 = new Float64Array(nT).fill(NaN), curX1 = new Float64Array(nT);
   const wide: number[] = [];
-  const transfers: number[] = [];
-  const borrowed: number[] = [];
-  const push = (t: number, x0: number, x1: number) => {
-    let buf = scratch[t];
-    const c = counts[t];
-    if (c + 2 > buf.length) {
-      const nb = new Float64Array(buf.length * 2);
-      nb.set(buf);
-      scratch[t] = buf = nb;
-    }
-    buf[c] = x0;
-    buf[c + 1] = x1 - x0;
-    counts[t] = c + 2;
-  };
   for (; i < hi; i++) {
     const s = d.start[i];
     if (s > v.to) break;
     const e = d.end[i];
     if (e < v.from) continue;
     stats.opsInView++;
-    const t = d.tenant[i] % nT;
-    const x0 = Math.max(-2, (s - v.from) * k), x1 = Math.min(plotW + 2, (e - v.from) * k);
-    if (x1 - x0 >= 6) wide.push(i);
-    if (d.borrowed[i]) borrowed.push(x0, x1);
-    if (d.transfer[i] > 0) transfers.push(Math.max(-2, (s - d.transfer[i] - v.from) * k), x0);
-    if (!Number.isNaN(curX0[t]) && x0 <= curX1[t] + 0.5) {
-      if (x1 > curX1[t]) curX1[t] = x1;
-    } else {
-      if (!Number.isNaN(curX0[t])) push(t, curX0[t], curX1[t]);
-      curX0[t] = x0;
-      curX1[t] = x1;
+    const x0 = (s - v.from) * kd, x1 = (e - v.from) * kd;
+    if ((x1 - x0) / dpr >= 6) wide.push(i);
+    const c0 = Math.max(0, Math.floor(x0)), c1 = Math.min(W - 1, Math.ceil(x1) - 1);
+    const t = d.tenant[i];
+    const mark = d.borrowed[i] ? MARK_BORROWED : 0;
+    for (let c = c0; c <= c1; c++) {
+      const ov = Math.min(x1, c + 1) - Math.max(x0, c);
+      if (ov <= 0) continue;
+      colCover[c] += ov;
+      if (ov > colBest[c]) { colBest[c] = ov; colTenant[c] = t; }
+      colMark[c] |= mark;
+    }
+    if (d.transfer[i] > 0) {
+      const t0 = Math.max(0, Math.floor((s - d.transfer[i] - v.from) * kd)), t1 = Math.min(W - 1, Math.floor(x0));
+      for (let c = t0; c <= t1; c++) colMark[c] |= MARK_TRANSFER;
     }
   }
-  for (let t = 0; t < nT; t++) if (!Number.isNaN(curX0[t])) push(t, curX0[t], curX1[t]);
-  for (let t = 0; t < nT; t++) {
-    const c = counts[t];
-    if (!c) continue;
-    const buf = scratch[t];
-    ctx.fillStyle = tenantColor(t);
-    ctx.beginPath();
-    for (let j = 0; j < c; j += 2) ctx.rect(GUTTER + buf[j], y + 3, Math.max(buf[j + 1], 0.75), h - 6);
-    ctx.fill();
-    stats.rects += c / 2;
+  const H = Math.max(1, Math.round(h * dpr));
+  const img = ctx.createImageData(W, H);
+  const px = new Uint32Array(img.data.buffer);
+  const pad = Math.round(3 * dpr), strip = Math.max(1, Math.round(2 * dpr));
+  const y0 = Math.round(y * dpr);
+  for (let c = 0; c < W; c++) {
+    const t = colTenant[c];
+    // Even a sliver of work stays visible: coverage maps to 35..100 % opacity.
+    const a = t < 0 ? 0 : Math.min(1, 0.35 + 0.65 * Math.min(1, colCover[c]));
+    const rgb = t < 0 ? 0 : tenantRgb(t);
+    const m = colMark[c];
+    for (let r = 0; r < H; r++) {
+      const hatch = (c + r + y0) % 8 === 0;
+      let col = hatch ? IDLE_DARK : IDLE_LIGHT;
+      if (a > 0 && r >= pad && r < H - pad) col = blend(col, rgb, a);
+      if (m & MARK_TRANSFER && r >= 1 && r < 1 + strip) col = TRANSFER;
+      if (m & MARK_BORROWED && r >= H - pad && r < H - pad + strip) col = BORROWED;
+      px[r * W + c] = col;
+    }
   }
-  // Borrowed ops (another tenant's operator in this GPU's idle slice) get a dark base line.
-  if (borrowed.length) {
-    ctx.fillStyle = '#111';
-    ctx.beginPath();
-    for (let j = 0; j < borrowed.length; j += 2) ctx.rect(GUTTER + borrowed[j], y + h - 3, Math.max(borrowed[j + 1] - borrowed[j], 0.75), 3);
-    ctx.fill();
-  }
-  // Activation transfers before an op: a thin striped strip on top of the row.
-  if (transfers.length) {
-    ctx.fillStyle = '#1b1b1b';
-    ctx.beginPath();
-    for (let j = 0; j < transfers.length; j += 2) ctx.rect(GUTTER + transfers[j], y, Math.max(transfers[j + 1] - transfers[j], 0.75), 3);
-    ctx.fill();
-  }
+  stats.rects += W;
+  ctx.putImageData(img, Math.round(GUTTER * dpr), y0);
   // Wide ops get borders and, when there is room, a label: the view is down to single operators.
   if (wide.length && wide.length < 4000) {
     ctx.strokeStyle = '#ffffffcc';
@@ -202,6 +207,21 @@ function drawOpsRow(ctx: CanvasRenderingContext2D, d: OpsData, gpu: number, y: n
       }
     }
   }
+}
+
+// Packed little-endian ABGR pixels for ImageData.
+const abgr = (r: number, g: number, b: number) => ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+const IDLE_LIGHT = abgr(0xf3, 0xf3, 0xf1), IDLE_DARK = abgr(0xd6, 0xd6, 0xd0);
+const TRANSFER = abgr(0x1b, 0x1b, 0x1b), BORROWED = abgr(0x10, 0x10, 0x10);
+const rgbCache: number[] = [];
+function tenantRgb(t: number): number {
+  return (rgbCache[t] ??= tenantRgba(t) >>> 0);
+}
+function blend(bg: number, fg: number, a: number): number {
+  const r = (bg & 255) * (1 - a) + (fg & 255) * a;
+  const g = ((bg >>> 8) & 255) * (1 - a) + ((fg >>> 8) & 255) * a;
+  const b = ((bg >>> 16) & 255) * (1 - a) + ((fg >>> 16) & 255) * a;
+  return abgr(r | 0, g | 0, b | 0);
 }
 
 function drawBucketRow(ctx: CanvasRenderingContext2D, d: BucketDataT, gpu: number, y: number, h: number, v: View,

@@ -18,7 +18,7 @@ export interface Source {
 
 /** What the browser tests and the bench read: frame times and what was drawn. */
 export interface PerfHook {
-  frames: { draw_ms: number; at: number }[];
+  frames: { draw_ms: number; at: number; ops: number }[];
   opsInView: number;
   rects: number;
   fetches: number;
@@ -135,7 +135,7 @@ export class TimelineView {
       this.ctx.fillRect(0, 0, this.width, this.lay.height);
       const st = draw(this.ctx, this.width, this.lay, this.tracks, this.view);
       const t1 = performance.now();
-      this.perf.frames.push({ draw_ms: t1 - t0, at: t0 });
+      this.perf.frames.push({ draw_ms: t1 - t0, at: t0, ops: st.opsInView });
       if (this.perf.frames.length > 2000) this.perf.frames.splice(0, 1000);
       this.perf.opsInView = st.opsInView;
       this.perf.rects = st.rects;
