@@ -11,9 +11,9 @@ export type Action =
   | 'plugins.read' | 'plugins.manage' | 'keys.create';
 
 const GRANTS: Record<Role, Action[]> = {
-  admin: ['runs.read', 'runs.start', 'runs.cancel', 'tenants.list', 'tenants.create', 'plugins.read',
+  admin: ['runs.read', 'runs.start', 'runs.cancel', 'tenants.list', 'tenants.create', 'sla.edit', 'plugins.read',
     'plugins.manage', 'keys.create'],
-  analyst: ['runs.read', 'tenants.list'],
+  analyst: ['runs.read', 'tenants.list', 'plugins.read'],
   tenant: ['tenant.own', 'sla.edit'],
 };
 

@@ -67,7 +67,8 @@ export interface RequestRow {
   ttft_ms: number | null; tpot_ms: number | null; violated: boolean; dropped: string | null;
 }
 
-export interface TimelineMeta { from_ns: number; to_ns: number; ops: number; gpus: number; tenants: string[] }
+/** `gpus`: the run's GPU indices (older answers gave a count). */
+export interface TimelineMeta { from_ns: number; to_ns: number; ops: number; gpus: number[] | number; tenants: string[] }
 
 export interface OpsColumns {
   gpu: number[]; start_ns: number[]; end_ns: number[]; tenant: number[]; kind: (string | number)[];
@@ -81,9 +82,9 @@ export type TimelineWindow =
   | { mode: 'ops'; ops: OpsColumns }
   | { mode: 'buckets'; bucket_ns: number; buckets: BucketColumns };
 
-export interface Tenant { id: number | string; name: string; model?: string; created_at?: string }
+export interface Tenant { id: number | string; name: string; model?: string; created_at?: string; sla?: Sla | null }
 export interface Sla { ttft_ms: number; ttft_ms_per_1k?: number; tpot_ms: number; version?: number;
   changed_by?: string; changed_at?: string }
-export interface Plugin { id: number | string; name: string; version: string; state: string; hash?: string;
-  content_hash?: string; interface_version?: string; uploaded_by?: string; uploaded_at?: string; size?: number }
-export interface Scenario { name: string; path?: string; tenants?: number; gpus?: number; description?: string }
+export interface Plugin { id: number | string; name: string; version: string; state: string; sha256_hex?: string;
+  interface_version?: string; uploaded_by?: string; created_at?: string; size_bytes?: number; builtin?: boolean }
+export type Scenario = string | { name: string };

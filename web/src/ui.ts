@@ -4,8 +4,9 @@ import { ApiError } from './api';
 import { h } from './dom';
 import type { RunStatus } from './types';
 
-export function card(label: string, value: string, hint?: string, cls = ''): HTMLElement {
-  return h('div', { class: `card ${cls}`, 'data-card': label },
+/** `raw`: the unformatted number, for tests that hold the page to the API's figures. */
+export function card(label: string, value: string, hint?: string, cls = '', raw?: number): HTMLElement {
+  return h('div', { class: `card ${cls}`, 'data-card': label, 'data-value': raw },
     h('div', { class: 'card-label' }, label),
     h('div', { class: 'card-value' }, value),
     hint ? h('div', { class: 'card-hint' }, hint) : null);

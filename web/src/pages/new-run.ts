@@ -47,7 +47,10 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
     try {
       const list = await api<Scenario[] | { items: Scenario[] }>('/scenarios');
       const items = Array.isArray(list) ? list : list.items;
-      for (const s of items) scenario.append(h('option', { value: s.name }, s.name));
+      for (const s of items) {
+        const name = typeof s === 'string' ? s : s.name;
+        scenario.append(h('option', { value: name }, name));
+      }
     } catch (err) {
       msg.textContent = `Could not list scenarios: ${err instanceof ApiError ? err.title : err}`;
     }

@@ -12,7 +12,7 @@ export function requestsTable(run: Run, s: Summary): HTMLElement {
   const body = h('div');
   const pager = h('div', { class: 'pager' });
   const tenantSel = h('select', { 'aria-label': 'Tenant', onchange: () => { f.tenant = tenantSel.value; reset(); } },
-    h('option', { value: '' }, 'all tenants'), s.tenants.map((t, i) => h('option', { value: String(i) }, t.name)));
+    h('option', { value: '' }, 'all tenants'), s.tenants.map((t) => h('option', { value: t.name }, t.name)));
   const violSel = h('select', { 'aria-label': 'Violated', onchange: () => { f.violated = violSel.value; reset(); } },
     h('option', { value: '' }, 'all requests'), h('option', { value: 'true' }, 'violated SLA'), h('option', { value: 'false' }, 'within SLA'));
   const reset = () => { cursors.length = 1; void load(); };

@@ -58,14 +58,14 @@ async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
   const dur = s.duration_s || 1;
   const metOk = s.completed * (1 - s.violation_rate);
   body.append(h('div', { class: 'cards', 'data-testid': 'summary-cards' },
-    card('Output throughput', tokPerS(s.output_tokens_per_s), 'generated tokens'),
-    card('Prompt throughput', tokPerS(s.prompt_tokens_per_s), 'prefilled tokens'),
+    card('Output throughput', tokPerS(s.output_tokens_per_s), 'generated tokens', '', s.output_tokens_per_s),
+    card('Prompt throughput', tokPerS(s.prompt_tokens_per_s), 'prefilled tokens', '', s.prompt_tokens_per_s),
     card('Goodput', `${num(metOk / dur)} req/s`, `${num(Math.round(metOk))} of ${num(s.requests)} requests within SLA`),
-    card('SLA violation rate', pct(s.violation_rate), 'TTFT or mean TPOT over target', s.violation_rate > 0.09 ? 'bad' : 'good'),
+    card('SLA violation rate', pct(s.violation_rate), 'TTFT or mean TPOT over target', s.violation_rate > 0.09 ? 'bad' : 'good', s.violation_rate),
     card('TTFT p50 / p99', `${ms(s.ttft_p50_ms)} / ${ms(s.ttft_p99_ms)}`),
     card('TPOT p50 / p99', `${ms(s.tpot_p50_ms)} / ${ms(s.tpot_p99_ms)}`),
-    card('OOM events', String(s.oom_events), s.oom_events === 0 ? 'memory safety held' : 'must never happen', s.oom_events === 0 ? 'good' : 'bad'),
-    card('GPU busy', pct(s.gpu_busy_fraction), s.scheduling ? `${num(s.scheduling.borrowed_ops)} ops borrowed idle slices` : undefined)));
+    card('OOM events', String(s.oom_events), s.oom_events === 0 ? 'memory safety held' : 'must never happen', s.oom_events === 0 ? 'good' : 'bad', s.oom_events),
+    card('GPU busy', pct(s.gpu_busy_fraction, 1), s.scheduling ? `${num(s.scheduling.borrowed_ops)} ops borrowed idle slices` : undefined)));
 
   const seriesBox = h('div', { class: 'grid2' });
   const distBox = h('div', { class: 'grid2' });

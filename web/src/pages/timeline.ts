@@ -11,11 +11,12 @@ import { empty } from '../ui';
 import type { Page } from './page';
 
 /** Ops per window the client asks for; beyond this the server answers buckets. */
-export const MAX_OPS = 250_000;
+export const MAX_OPS = 300_000;
 
 async function source(run: Run): Promise<Source> {
   const meta = await api<TimelineMeta>(`/runs/${run.id}/timeline/meta`);
-  const gpus = Array.from({ length: meta.gpus }, (_, g) => g);
+  const gpus = Array.isArray(meta.gpus) ? meta.gpus : Array.from({ length: meta.gpus }, (_, g) => g);
+  const gpuCount = gpus.reduce((a, g) => Math.max(a, g + 1), 0);
   const tenants = meta.tenants.map((t) => (typeof t === 'string' ? t : (t as { name: string }).name));
   return {
     label: `${shortId(run.id)} ${(run.policies ?? []).join(', ')} — ${run.scenario}`,
@@ -23,7 +24,7 @@ async function source(run: Run): Promise<Source> {
     async fetch(from, to, signal) {
       const w = await api<TimelineWindow>(`/runs/${run.id}/timeline${qs({
         from_ns: Math.floor(from), to_ns: Math.ceil(to), max_ops: MAX_OPS })}`, { signal });
-      return fromApi(w, from, to, meta.gpus, tenants.length);
+      return fromApi(w, from, to, gpuCount, tenants.length);
     },
   };
 }

@@ -155,7 +155,9 @@ export class TimelineView {
       this.aborts[i]?.abort();
       const ac = new AbortController();
       this.aborts[i] = ac;
-      const from = Math.max(src.from, v.from - span / 2), to = Math.min(src.to, v.to + span / 2);
+      // A quarter of a view either side: small pans need no fetch, and the window stays
+      // within the server's op budget when the view itself holds 200k ops.
+      const from = Math.max(src.from, v.from - span / 4), to = Math.min(src.to, v.to + span / 4);
       this.tracks[i].loading = true;
       this.perf.fetches++;
       src.fetch(from, to, ac.signal).then((data) => {
