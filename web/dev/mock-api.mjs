@@ -104,9 +104,10 @@ function timeline(run, q) {
 }
 
 const tenants = TENANTS.map((name, i) => ({ id: `t${i}`, name, created_at: iso(now - 9e6) }));
+const withSla = () => tenants.map((t) => ({ ...t, sla: slas[t.id].at(-1) }));
 const slas = Object.fromEntries(tenants.map((t) => [t.id, [{ version: 1, ttft_ms: 1200, ttft_ms_per_1k: 100, tpot_ms: 70, changed_by: 'admin:admin', changed_at: iso(now - 8e6) },
   { version: 2, ttft_ms: 1000, ttft_ms_per_1k: 100, tpot_ms: 60, changed_by: 'admin:admin', changed_at: iso(now - 5e6) }]]));
-const plugins = ['dedicated', 'timeslice', 'mps', 'pooled', 'slice'].map((n, i) => ({ id: `p${i}`, name: n, version: '1.0.0', state: 'active', interface_version: '0.1.0', content_hash: `builtin-${n}`, uploaded_by: 'builtin', uploaded_at: iso(now - 9e6) }));
+const plugins = ['dedicated', 'timeslice', 'mps', 'pooled', 'slice'].map((n, i) => ({ id: `p${i}`, name: n, version: '1.0.0', state: 'active', interface_version: '0.1.0', sha256_hex: '', size_bytes: 0, builtin: true, uploaded_by: 'builtin', created_at: iso(now - 9e6) }));
 
 function requests(run, q) {
   seed = 3;
@@ -142,6 +143,10 @@ function route(req, q, body) {
     const b = JSON.parse(body || '{}');
     const r = { id: `a1b2c3d4-0000-4000-8000-${String(runs.length + 1).padStart(12, '0')}`, kind: b.kind, scenario: b.scenario, policies: b.policies ?? [b.policy], status: 'queued', progress: 0, created_at: iso(Date.now()), started_at: null, finished_at: null, error: null, summary: null };
     runs.push(r);
+    // Queued → running → succeeded over a few seconds; azure-code-4t stays running (long).
+    setTimeout(() => { if (r.status === 'queued') { r.status = 'running'; r.started_at = iso(Date.now()); } }, 500);
+    if (b.scenario !== 'azure-code-4t') setTimeout(() => { if (r.status !== 'running') return; r.status = 'succeeded'; r.progress = 1; r.finished_at = iso(Date.now());
+      r.summary = r.kind === 'sweep' ? { ...sweep, scenario: b.scenario } : summary(r.policies[0], r.policies[0] === 'slice' ? 1.6 : 1); }, 2500);
     return [201, r];
   }
   if ((m = p.match(/^\/runs\/([^/]+)(\/.*)?$/))) {
@@ -150,31 +155,33 @@ function route(req, q, body) {
     if (!run) return [404, { title: 'Not Found', status: 404, detail: 'not found' }];
     const sub = m[2] ?? '';
     if (sub === '') return [200, run];
-    if (sub === '/cancel') { run.status = 'cancelled'; return [200, run]; }
+    if (sub === '/cancel') { run.status = 'cancelled'; run.finished_at = iso(Date.now()); return [200, run]; }
     if (sub === '/series') {
       seed = 9;
       const n = 60;
       return [200, { bucket_s: 1, prompt_tokens: Array.from({ length: n }, () => Math.round(30000 + rnd() * 20000)), output_tokens: Array.from({ length: n }, () => Math.round(3000 + rnd() * 2000)), completed: Array.from({ length: n }, () => 80), violations: Array.from({ length: n }, (_, i) => Math.round(5 + 10 * Math.sin(i / 6) ** 2)), gpu_busy_ns: [] }];
     }
     if (sub === '/requests') return [200, requests(run, q)];
-    if (sub === '/timeline/meta') return [200, { from_ns: 0, to_ns: ops(run).end_ns.reduce((a, b) => Math.max(a, b), 0), ops: ops(run).gpu.length, gpus: GPUS, tenants: TENANTS }];
+    if (sub === '/timeline/meta') return [200, { from_ns: 0, to_ns: ops(run).end_ns.reduce((a, b) => Math.max(a, b), 0), ops: ops(run).gpu.length, gpus: Array.from({ length: GPUS }, (_, g) => g), tenants: TENANTS }];
     if (sub === '/timeline') return [200, timeline(run, q)];
   }
-  if (p === '/scenarios') return [200, [{ name: 'bursty-8t' }, { name: 'azure-code-4t' }, { name: 'uniform-4t' }]];
-  if (p === '/tenants' && req.method === 'GET') return reader ? [200, { items: tenants, next_cursor: null }] : forbid;
+  if (p === '/scenarios') return [200, { items: ['azure-code-4t', 'bursty-8t', 'smoke', 'uniform-4t'] }];
+  if (p === '/tenants' && req.method === 'GET') return [200, { items: reader ? withSla() : withSla().filter((t) => t.id === who.tenant_id) }];
   if (p === '/tenants' && req.method === 'POST') {
     if (!admin) return forbid;
     const b = JSON.parse(body || '{}');
     const t = { id: `t${tenants.length}`, name: b.name, created_at: iso(Date.now()) };
     tenants.push(t);
     slas[t.id] = [{ version: 1, ttft_ms: b.sla?.ttft_ms ?? 1000, ttft_ms_per_1k: 0, tpot_ms: b.sla?.tpot_ms ?? 60, changed_by: 'admin:admin', changed_at: iso(Date.now()) }];
-    return [201, { ...t, api_key: 'ssk_' + 'f'.repeat(64) }];
+    const key = `ssk_tenant_${t.id}`;
+    KEYS[key] = { role: 'tenant', name: t.name, tenant_id: t.id };
+    return [201, { tenant: t, api_key: key }];
   }
   if ((m = p.match(/^\/tenants\/([^/]+)(\/.*)?$/))) {
     const t = tenants.find((x) => x.id === m[1]);
     if (!t || (who.role === 'tenant' && who.tenant_id !== t.id)) return [404, { title: 'Not Found', status: 404, detail: 'not found' }];
     const sub = m[2] ?? '';
-    if (sub === '') return [200, t];
+    if (sub === '') return [200, { ...t, sla: slas[t.id].at(-1) }];
     if (sub === '/sla' && req.method === 'GET') return [200, slas[t.id].at(-1)];
     if (sub === '/sla' && req.method === 'PUT') {
       if (who.role !== 'tenant') return forbid;
@@ -184,13 +191,13 @@ function route(req, q, body) {
       return [200, slas[t.id].at(-1)];
     }
     if (sub === '/sla/history') return [200, { items: slas[t.id] }];
-    if (sub === '/stats') return [200, { runs: 2, requests: 1250, violation_rate: 0.061, ttft_p99_ms: 830, tpot_p99_ms: 58, output_tokens_per_s: 610 }];
+    if (sub === '/stats') return [200, { tenant_id: t.id, name: t.name, runs: runs.filter((r) => r.kind === 'replay' && r.summary).map((r) => ({ run_id: r.id, scenario: r.scenario, policies: r.policies, finished_at: r.finished_at, stats: r.summary.tenants[0] })) }];
   }
-  if (p === '/plugins' && req.method === 'GET') return admin ? [200, { items: plugins }] : forbid;
+  if (p === '/plugins' && req.method === 'GET') return reader ? [200, { items: plugins }] : forbid;
   if (p === '/plugins' && req.method === 'POST') {
     if (!admin) return forbid;
-    if (!body.startsWith('\0asm')) return [422, { title: 'Invalid plugin', status: 422, detail: 'not a Wasm component: bad magic', field: 'body' }];
-    const pl = { id: `p${plugins.length}`, name: q.get('name'), version: q.get('version') ?? '0.1.0', state: 'disabled', interface_version: '0.1.0', content_hash: 'abcdef0123456789', uploaded_by: 'admin:admin', uploaded_at: iso(Date.now()) };
+    if (!body.startsWith('\0asm') || body.includes('garbage')) return [422, { title: 'Invalid plugin', status: 422, detail: 'not a Wasm component: bad magic', field: 'body' }];
+    const pl = { id: `p${plugins.length}`, name: 'uploaded', version: '0.1.0', state: 'active', interface_version: '0.1.0', sha256_hex: 'abcdef0123456789', size_bytes: body.length, builtin: false, uploaded_by: 'admin:admin', created_at: iso(Date.now()) };
     plugins.push(pl);
     return [201, pl];
   }
@@ -200,7 +207,7 @@ function route(req, q, body) {
     pl.state = m[2] === 'activate' ? 'active' : 'disabled';
     return [200, pl];
   }
-  if (p === '/keys') return admin ? [201, { api_key: 'ssk_' + 'a'.repeat(64), role: 'analyst' }] : forbid;
+  if (p === '/keys') return admin ? [201, { key: { role: 'analyst' }, api_key: 'analyst-key' }] : forbid;
   return [404, { title: 'Not Found', status: 404, detail: 'no such route' }];
 }
 

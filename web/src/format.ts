@@ -37,6 +37,20 @@ export function dur(ns: number): string {
   return `${(ns / 1e9).toFixed(3)} s`;
 }
 
+/** Wall-clock durations (how long a run took), in the units people say them in. */
+export function wall(msTotal: number): string {
+  const s = msTotal / 1000;
+  if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+}
+
+/** A round duration for axis labels: 1 µs, 10 µs, 3.2 ms, 1 s. */
+export function shortDur(ns: number): string {
+  const [u, d] = ns >= 1e9 ? ['s', 1e9] : ns >= 1e6 ? ['ms', 1e6] : ns >= 1e3 ? ['µs', 1e3] : ['ns', 1];
+  return `${+(ns / d).toPrecision(2)} ${u}`;
+}
+
 export function when(iso: string | null | undefined): string {
   if (!iso) return '–';
   const d = new Date(iso);

@@ -59,17 +59,18 @@ function home(): string {
   return '/signin';
 }
 
+/** The page of a route, or null when there is none or the role may not see it (then home). */
 function pick(path: string[]): Page | null {
   const [a, b, c] = path;
-  if (a === 'runs' && b && c === 'timeline') return timelinePage;
-  if (a === 'runs' && b) return runPage;
-  if (a === 'runs') return runsPage;
-  if (a === 'compare') return comparePage;
-  if (a === 'tenants' && b) return tenantPage;
-  if (a === 'tenants') return tenantsPage;
-  if (a === 'plugins') return pluginsPage;
-  if (a === 'keys') return keysPage;
-  if (a === 'bench') return benchPage;
+  const runs = can('runs.read');
+  if (a === 'runs' && b && c === 'timeline') return runs ? timelinePage : null;
+  if (a === 'runs' && b) return runs ? runPage : null;
+  if (a === 'runs') return runs ? runsPage : null;
+  if (a === 'compare') return runs ? comparePage : null;
+  if (a === 'tenants' && b) return can('tenants.list') || String(session.me?.tenant_id) === b ? tenantPage : null;
+  if (a === 'tenants') return can('tenants.list') ? tenantsPage : null;
+  if (a === 'plugins') return can('plugins.read') ? pluginsPage : null;
+  if (a === 'keys') return can('keys.create') ? keysPage : null;
   return null;
 }
 

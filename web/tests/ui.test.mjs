@@ -164,7 +164,7 @@ describe('run pages show the API figures', () => {
     assert.equal(await page.locator('table.gpus tbody tr').count(), s.gpus.length);
     await page.waitForSelector('[data-testid=chart-throughput] svg path');
     await page.waitForSelector('[data-testid=chart-ttft] svg');
-    await page.waitForSelector('[data-testid=gap-histogram] svg rect');
+    await page.waitForSelector('[data-testid=gap-histogram] svg');
     const reqs = await api(`/runs/${run.id}/requests?limit=25`, fx.analystKey);
     await page.waitForSelector('[data-testid=requests-table] tbody tr');
     const first = await page.locator('[data-testid=requests-table] tbody tr').first().locator('td').first().textContent();
@@ -194,10 +194,10 @@ describe('run pages show the API figures', () => {
   });
 
   test('a cancelled run says so instead of showing empty charts', async () => {
+    // A long replay, cancelled from the runs list while it is queued or running.
+    const r = await api('/runs', ADMIN, { method: 'POST', body: JSON.stringify({ kind: 'replay', scenario: 'azure-code-4t', policy: 'dedicated' }) });
     const page = await fresh();
     await signIn(page, ADMIN);
-    const r = await api('/runs', ADMIN, { method: 'POST', body: JSON.stringify({ kind: 'replay', scenario: 'azure-code-4t', policy: 'dedicated' }) });
-    await page.goto(`${BASE}/#/runs`);
     const row = page.locator(`tr[data-run="${r.id}"]`);
     await row.locator('button:has-text("Cancel")').click();
     await page.waitForSelector(`tr[data-run="${r.id}"] [data-status=cancelled]`, { timeout: 30000 });

@@ -3,7 +3,7 @@
 import { histogram, meter } from '../charts/bars';
 import { lineChart } from '../charts/line';
 import { h } from '../dom';
-import { ms, num, pct, tokPerS } from '../format';
+import { ms, num, pct, shortDur, tokPerS } from '../format';
 import { tenantColor } from '../palette';
 import type { Series, Summary } from '../types';
 import { table } from '../ui';
@@ -65,7 +65,7 @@ function logHistogram(v: number[], name: string, color: string): HTMLElement {
   for (const x of v) counts[Math.min(counts.length - 1, Math.floor(Math.log10(Math.max(1e-3, x)) * 4) - lo)]++;
   return histogram(counts.map((c, i) => {
     const edge = 10 ** ((lo + i) / 4);
-    return { label: ms(edge, 0), value: c, color, title: `${ms(edge)}–${ms(10 ** ((lo + i + 1) / 4))}: ${c} requests` };
+    return { label: shortDur(edge * 1e6), value: c, color, title: `${ms(edge)}–${ms(10 ** ((lo + i + 1) / 4))}: ${c} requests` };
   }), { xLabel: `${name} (ms, log bins)`, yLabel: 'requests' });
 }
 
@@ -103,9 +103,9 @@ export function gpuPanel(s: Summary): HTMLElement {
     if (a < 0) { hist.append(h('p', { class: 'hint' }, 'No idle gaps on this GPU.')); return; }
     a = Math.max(0, a - 1);
     hist.append(histogram(idle.slice(a, b + 1).map((v, i) => ({
-      label: ms(gapEdgeNs(a + i) / 1e6, 0), value: v / 1e6, color: '#9c755f',
+      label: shortDur(gapEdgeNs(a + i)), value: v / 1e6, color: '#9c755f',
       title: `gaps ≤ ${ms(gapEdgeNs(a + i) / 1e6, 3)}: ${g.gap_histogram.count[a + i]} gaps, ${ms(v / 1e6)} idle`,
-    })), { xLabel: 'idle gap length (upper edge)', yLabel: 'idle time (ms)', every: 5 }));
+    })), { xLabel: 'idle gap length (upper edge, 10 bins per decade)', yLabel: 'idle time (ms)', every: 10, width: 760 }));
   };
   const rows = s.gpus.map((g) => [
     `GPU ${g.gpu}`, g.sku, meter(g.busy_fraction), `${num(g.busy_s)} s`,

@@ -1,6 +1,6 @@
 import { api, ApiError, qs } from '../api';
 import { clear, h } from '../dom';
-import { dur, pct, tokPerS, when, shortId } from '../format';
+import { pct, shortId, tokPerS, wall, when } from '../format';
 import { replaceQuery } from '../router';
 import { can } from '../session';
 import type { Page as ApiPage, Run, Summary } from '../types';
@@ -95,7 +95,7 @@ function runsTable(runs: Run[], reload: () => void): HTMLElement {
       'Violations', 'Output', ''].map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', null, runs.map((r) => {
       const s = r.kind === 'replay' ? (r.summary as Summary | null) : null;
-      const took = r.started_at && r.finished_at ? dur((Date.parse(r.finished_at) - Date.parse(r.started_at)) * 1e6) : '–';
+      const took = r.started_at && r.finished_at ? wall(Date.parse(r.finished_at) - Date.parse(r.started_at)) : '–';
       return h('tr', { 'data-run': r.id, class: `row-${r.status}` },
         h('td', null, link(`#/runs/${r.id}`, shortId(r.id))),
         h('td', null, r.kind),

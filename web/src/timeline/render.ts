@@ -113,13 +113,20 @@ function gridLines(ctx: CanvasRenderingContext2D, width: number, height: number,
   }
 }
 
+/** A tick's time in the unit of the view's extent, with just enough decimals to tell ticks apart. */
+function tickLabel(t: number, step: number, end: number): string {
+  const [unit, div] = end >= 1e9 ? ['s', 1e9] : end >= 1e6 ? ['ms', 1e6] : end >= 1e3 ? ['µs', 1e3] : ['ns', 1];
+  const decimals = Math.max(0, -Math.floor(Math.log10(step / div) + 1e-9));
+  return `${(t / div).toFixed(decimals)} ${unit}`;
+}
+
 function axisLabels(ctx: CanvasRenderingContext2D, width: number, v: View, k: number): void {
   const step = axisStep(width, v);
   ctx.font = '11px system-ui, sans-serif';
   ctx.textBaseline = 'middle';
   ctx.textAlign = 'center';
   ctx.fillStyle = '#555';
-  for (let t = Math.ceil(v.from / step) * step; t <= v.to; t += step) ctx.fillText(dur(t), GUTTER + (t - v.from) * k, AXIS_H / 2);
+  for (let t = Math.ceil(v.from / step) * step; t <= v.to; t += step) ctx.fillText(tickLabel(t, step, v.to), GUTTER + (t - v.from) * k, AXIS_H / 2);
   ctx.textAlign = 'start';
 }
 
