@@ -103,9 +103,9 @@ export function gpuPanel(s: Summary): HTMLElement {
     if (a < 0) { hist.append(h('p', { class: 'hint' }, 'No idle gaps on this GPU.')); return; }
     a = Math.max(0, a - 1);
     hist.append(histogram(idle.slice(a, b + 1).map((v, i) => ({
-      label: shortDur(gapEdgeNs(a + i)), value: v / 1e6, color: '#9c755f',
+      label: (a + i) % 10 === 0 ? shortDur(gapEdgeNs(a + i)) : '', value: v / 1e6, color: '#9c755f',
       title: `gaps ≤ ${ms(gapEdgeNs(a + i) / 1e6, 3)}: ${g.gap_histogram.count[a + i]} gaps, ${ms(v / 1e6)} idle`,
-    })), { xLabel: 'idle gap length (upper edge, 10 bins per decade)', yLabel: 'idle time (ms)', every: 10, width: 760 }));
+    })), { xLabel: 'idle gap length (upper edge, 10 bins per decade)', yLabel: 'idle time (ms)', every: 1, width: 760 }));
   };
   const rows = s.gpus.map((g) => [
     `GPU ${g.gpu}`, g.sku, meter(g.busy_fraction), `${num(g.busy_s)} s`,

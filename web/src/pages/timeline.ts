@@ -13,17 +13,32 @@ import type { Page } from './page';
 /** Ops per window the client asks for; beyond this the server answers buckets. */
 export const MAX_OPS = 300_000;
 
-async function source(run: Run): Promise<Source> {
+/** "0-3,6" → [0, 1, 2, 3, 6]; null when empty or unreadable (then every GPU). */
+export function parseGpus(s: string | null): number[] | null {
+  if (!s?.trim()) return null;
+  const out = new Set<number>();
+  for (const part of s.split(',')) {
+    const m = part.trim().match(/^(\d+)(?:-(\d+))?$/);
+    if (!m) return null;
+    const a = Number(m[1]), b = Number(m[2] ?? m[1]);
+    for (let g = Math.min(a, b); g <= Math.max(a, b) && out.size < 4096; g++) out.add(g);
+  }
+  return [...out].sort((x, y) => x - y);
+}
+
+async function source(run: Run, only: number[] | null): Promise<Source & { ops: number }> {
   const meta = await api<TimelineMeta>(`/runs/${run.id}/timeline/meta`);
-  const gpus = Array.isArray(meta.gpus) ? meta.gpus : Array.from({ length: meta.gpus }, (_, g) => g);
-  const gpuCount = gpus.reduce((a, g) => Math.max(a, g + 1), 0);
+  const all = Array.isArray(meta.gpus) ? meta.gpus : Array.from({ length: meta.gpus }, (_, g) => g);
+  const gpuCount = all.reduce((a, g) => Math.max(a, g + 1), 0);
+  const gpus = only ? all.filter((g) => only.includes(g)) : all;
   const tenants = meta.tenants.map((t) => (typeof t === 'string' ? t : (t as { name: string }).name));
   return {
     label: `${shortId(run.id)} ${(run.policies ?? []).join(', ')} — ${run.scenario}`,
-    from: meta.from_ns, to: meta.to_ns, gpus, tenants,
+    from: meta.from_ns, to: Math.max(meta.to_ns, meta.from_ns + 1), gpus, tenants, ops: meta.ops,
     async fetch(from, to, signal) {
       const w = await api<TimelineWindow>(`/runs/${run.id}/timeline${qs({
-        from_ns: Math.floor(from), to_ns: Math.ceil(to), max_ops: MAX_OPS })}`, { signal });
+        from_ns: Math.floor(from), to_ns: Math.ceil(to), max_ops: MAX_OPS,
+        gpus: only ? gpus.join(',') : null })}`, { signal });
       return fromApi(w, from, to, gpuCount, tenants.length);
     },
   };
@@ -43,8 +58,13 @@ export const timelinePage: Page = async (main, ctx) => {
     main.append(empty('No timeline', `Run ${shortId(id)} is ${run.status}: only a finished replay has a timeline.`));
     return;
   }
-  const sources = [await source(run)];
-  if (other) sources.push(await source(other));
+  const only = parseGpus(ctx.route.query.get('gpus'));
+  const sources = [await source(run, only)];
+  if (other) sources.push(await source(other, only));
+  if (sources.every((s) => !s.ops)) {
+    main.append(empty('No operators recorded', 'This run stored no operator timeline (runs stored before the timeline was recorded have none). Start a new replay to get one.'));
+    return;
+  }
 
   // Pick a second run of the same scenario to stack below (e.g. dedicated vs slice).
   const peers = await api<ApiPage<Run>>(`/runs${qs({ scenario: run.scenario, status: 'succeeded', limit: 50 })}`)
@@ -76,7 +96,14 @@ export const timelinePage: Page = async (main, ctx) => {
       h('button', { class: 'btn', onclick: () => tl.pan(-0.25), 'aria-label': 'Pan left' }, '←'),
       h('button', { class: 'btn', onclick: () => tl.pan(0.25), 'aria-label': 'Pan right' }, '→'),
       h('button', { class: 'btn', onclick: () => tl.reset() }, 'Whole run'),
-      h('label', null, 'Stack below: ', pick), status),
+      h('label', null, 'Stack below: ', pick),
+      h('label', null, 'GPUs: ', h('input', { id: 'gpu-filter', size: 8, placeholder: 'all, or 0-3,6', value: ctx.route.query.get('gpus') ?? '',
+        onchange: (e: Event) => {
+          const q = new URLSearchParams(ctx.route.query);
+          const v = (e.target as HTMLInputElement).value.trim();
+          if (v && parseGpus(v)) q.set('gpus', v); else q.delete('gpus');
+          location.hash = `#/runs/${id}/timeline?${q}`;
+        } })), status),
     h('div', { class: 'legend' }, tenants.map((t, i) =>
       h('span', { class: 'legend-item' }, h('i', { style: { background: tenantColor(i) } }), t)),
     h('span', { class: 'legend-item' }, h('i', { class: 'idle-swatch' }), 'idle')),
