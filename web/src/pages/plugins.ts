@@ -20,7 +20,7 @@ export const pluginsPage: Page = async (main) => {
     clear(list);
     if (!ps.length) { list.append(empty('No plugins', 'Upload a policy component (.wasm).')); return; }
     list.append(table(['Name', 'Version', 'State', 'Interface', 'Size', 'SHA-256', 'Uploaded', ''], ps.map((p) => [
-      h('span', null, p.name, p.builtin ? h('span', { class: 'badge', title: 'carried by the binary' }, 'built-in') : null),
+      h('span', null, p.name, p.builtin ? h('span', { class: 'badge badge-builtin', title: 'carried by the binary' }, 'built-in') : null),
       p.version, h('span', { class: `badge badge-${p.state}`, 'data-state': p.state }, p.state), p.interface_version ?? '–',
       p.size_bytes ? bytes(p.size_bytes) : '–',
       h('code', { title: p.sha256_hex ?? '' }, (p.sha256_hex ?? '').slice(0, 12)),

@@ -159,6 +159,7 @@ export class TimelineView {
       // within the server's op budget when the view itself holds 200k ops.
       const from = Math.max(src.from, v.from - span / 4), to = Math.min(src.to, v.to + span / 4);
       this.tracks[i].loading = true;
+      this.perf.ready = false;
       this.perf.fetches++;
       src.fetch(from, to, ac.signal).then((data) => {
         if (ac.signal.aborted) return;
