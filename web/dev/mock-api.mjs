@@ -159,7 +159,11 @@ function route(req, q, body) {
     if (sub === '/series') {
       seed = 9;
       const n = 60;
-      return [200, { bucket_s: 1, prompt_tokens: Array.from({ length: n }, () => Math.round(30000 + rnd() * 20000)), output_tokens: Array.from({ length: n }, () => Math.round(3000 + rnd() * 2000)), completed: Array.from({ length: n }, () => 80), violations: Array.from({ length: n }, (_, i) => Math.round(5 + 10 * Math.sin(i / 6) ** 2)), gpu_busy_ns: [] }];
+      return [200, { bucket_s: 1, prompt_tokens: Array.from({ length: n }, () => Math.round(30000 + rnd() * 20000)), output_tokens: Array.from({ length: n }, () => Math.round(3000 + rnd() * 2000)), completed: Array.from({ length: n }, () => 80), violations: Array.from({ length: n }, (_, i) => Math.round(5 + 10 * Math.sin(i / 6) ** 2)), gpu_busy_ns: Array.from({ length: GPUS }, (_, g) => Array.from({ length: n }, (_, i) => Math.round(1e9 * Math.min(1, Math.max(0, 0.3 + 0.5 * Math.sin(i / 7 + g)))))) }];
+    }
+    if (sub === '/decisions') {
+      const c = Number(q.get('cursor') ?? 0);
+      return [200, { items: Array.from({ length: 10 }, (_, i) => ({ seq: c + i, at_ns: (c + i) * 1.7e7, ready_ops: 40 + i, borrowed: i % 4, rejected: i % 3 === 0 ? 1 : 0 })), next_cursor: String(c + 10) }];
     }
     if (sub === '/requests') return [200, requests(run, q)];
     if (sub === '/timeline/meta') return [200, { from_ns: 0, to_ns: ops(run).end_ns.reduce((a, b) => Math.max(a, b), 0), ops: ops(run).gpu.length, gpus: Array.from({ length: GPUS }, (_, g) => g), tenants: TENANTS }];

@@ -53,3 +53,35 @@ export function requestsTable(run: Run, s: Summary): HTMLElement {
   void load();
   return h('div', null, h('div', { class: 'filters' }, tenantSel, violSel), body, pager);
 }
+
+/** The scheduler's figures from the summary, and its sampled decisions (paginated). */
+export function schedulingPanel(run: Run, s: Summary): HTMLElement {
+  const sc = s.scheduling;
+  const body = h('div');
+  const cursors: (string | null)[] = [null];
+  const pager = h('div', { class: 'pager' });
+  async function load(): Promise<void> {
+    let page: { items: { seq: number; at_ns: number; ready_ops: number; borrowed: number; rejected: number }[]; next_cursor: string | null };
+    try {
+      page = await api(`/runs/${run.id}/decisions${qs({ limit: 10, cursor: cursors[cursors.length - 1] })}`);
+    } catch (e) {
+      body.replaceChildren(errorBox(e, () => void load()));
+      return;
+    }
+    body.replaceChildren(page.items.length ? h('table', { class: 'tbl decisions' },
+      h('thead', null, h('tr', null, ['Decision', 'At', 'Ready ops', 'Borrowed', 'Rejected'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', null, page.items.map((d) => h('tr', null, h('td', null, String(d.seq)), h('td', { class: 'num' }, `${(d.at_ns / 1e9).toFixed(4)} s`),
+        h('td', { class: 'num' }, num(d.ready_ops)), h('td', { class: 'num' }, num(d.borrowed)), h('td', { class: 'num' }, num(d.rejected))))))
+      : h('p', { class: 'hint' }, 'No sampled decisions stored for this run.'));
+    pager.replaceChildren(
+      h('button', { class: 'btn', disabled: cursors.length === 1, onclick: () => { cursors.pop(); void load(); } }, '← Previous'),
+      h('span', { class: 'hint' }, `page ${cursors.length}`),
+      h('button', { class: 'btn', disabled: !page.next_cursor, onclick: () => { cursors.push(page.next_cursor); void load(); } }, 'Next →'));
+  }
+  const details = h('details', { ontoggle: () => { if (details.open && !body.firstChild) void load(); } },
+    h('summary', null, 'Sampled decisions'), body, pager);
+  return h('div', null,
+    sc ? h('p', null, `${num(sc.decisions)} policy calls placed ${num(s.op_events)} operator events; `,
+      `${num(sc.borrowed_ops)} operators ran in another tenant's idle slice, with ${num(sc.transfers)} activation transfers (${num(sc.transfer_gb)} GB).`) : null,
+    details);
+}

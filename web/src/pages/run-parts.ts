@@ -1,6 +1,7 @@
 // The panels of a run's detail page, each from one part of the API's answer.
 
 import { histogram, meter } from '../charts/bars';
+import { busyHeat } from '../charts/heat';
 import { lineChart } from '../charts/line';
 import { h } from '../dom';
 import { ms, num, pct, shortDur, tokPerS } from '../format';
@@ -18,7 +19,7 @@ export function seriesCharts(s: Series): HTMLElement[] {
     const c = s.completed?.[i] ?? 0;
     return c ? (s.violations?.[i] ?? 0) / c : 0;
   });
-  return [
+  const out: (HTMLDivElement | null)[] = [
     h('div', { 'data-testid': 'chart-throughput' }, h('h3', null, 'Throughput'), lineChart([
       { name: 'output tokens/s', color: '#e15759', x, y: rate(s.output_tokens) },
       { name: 'prompt tokens/s', color: '#4e79a7', x, y: rate(s.prompt_tokens) },
@@ -27,7 +28,10 @@ export function seriesCharts(s: Series): HTMLElement[] {
       { name: 'violations / completions', color: '#b07aa1', x, y: viol },
     ], { xLabel: 'time (s)', yLabel: 'violation rate', yMax: Math.max(0.1, ...viol) * 1.05,
       yFormat: (v) => `${Math.round(v * 100)}%`, hlines: [{ y: 0.09, label: '9 %' }] })),
+    s.gpu_busy_ns?.length ? h('div', { class: 'span2', 'data-testid': 'chart-gpu-busy' }, h('h3', null, 'GPU busy over time'),
+      busyHeat(s.gpu_busy_ns, b)) : null,
   ];
+  return out.filter((x): x is HTMLDivElement => x !== null);
 }
 
 /** TTFT and TPOT of a request, whichever way the API spells them. */

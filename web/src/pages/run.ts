@@ -5,7 +5,7 @@ import { go } from '../router';
 import type { Run, Series, Summary } from '../types';
 import { badge, card, errorBox, progressBar, section } from '../ui';
 import { distributions, gpuPanel, seriesCharts, tenantTable } from './run-parts';
-import { requestsTable } from './requests';
+import { requestsTable, schedulingPanel } from './requests';
 import type { Page } from './page';
 
 export const runPage: Page = async (main, ctx) => {
@@ -74,7 +74,8 @@ async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
     section('Latency distributions', distBox),
     section('Tenants against their SLA', tenantTable(s)),
     section('GPUs: busy fraction and idle gaps', gpuPanel(s)),
-    section('Requests', requestsTable(run, s)));
+    section('Requests', requestsTable(run, s)),
+    section('Scheduling', schedulingPanel(run, s)));
 
   // The two slower fetches fill their panels as they arrive; a failure stays local.
   void api<Series>(`/runs/${run.id}/series`)
