@@ -49,12 +49,11 @@ export async function setup() {
 /** A real policy component to upload, when one was built (else the valid-upload step is skipped). */
 export function pluginWasm() {
   if (process.env.PLUGIN_WASM) return process.env.PLUGIN_WASM;
-  const root = path.resolve(import.meta.dirname, '..', '..');
-  for (const dir of ['target/wasm32-wasip2/release', 'target/wasm32-wasip1/release', 'target/wasm32-unknown-unknown/release', 'plugins/dist']) {
-    const d = path.join(root, dir);
-    if (!fs.existsSync(d)) continue;
-    const f = fs.readdirSync(d).find((n) => n.endsWith('.wasm'));
-    if (f) return path.join(d, f);
-  }
-  return null;
+  // `slicesched plugin build plugins/template` writes target/plugins/template.wasm; the
+  // template's name is not one of the built-in policies, so its upload cannot conflict.
+  const dir = path.resolve(import.meta.dirname, '..', '..', 'target', 'plugins');
+  if (!fs.existsSync(dir)) return null;
+  const names = fs.readdirSync(dir).filter((n) => n.endsWith('.wasm'));
+  const pick = names.find((n) => n === 'template.wasm') ?? names.find((n) => !/^(dedicated|timeslice|mps|pooled|slice|hostile)/.test(n));
+  return pick ? path.join(dir, pick) : null;
 }
