@@ -1,12 +1,38 @@
 #!/usr/bin/env bash
-# Runs SliceScheduler's main job on this machine: builds the release binary and replays
-# the shipped Azure code-trace scenario, writing the report under out/.
+# Runs SliceScheduler's control plane on http://127.0.0.1:8080 (REST API, API docs at
+# /api/docs, web UI at /): builds the web UI, the plugins and the binary, provisions
+# Postgres (the server on 127.0.0.1:5432 when one answers and DATABASE_URL is unset,
+# else a private one under .data/pg), registers the shipped policies and stores a demo
+# replay (scenarios/smoke.toml under dedicated and slice) on a fresh database.
+# The admin token is SLICESCHED_ADMIN_TOKEN, or one generated once into .data/admin-token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/toolchain.sh
+source scripts/lib/postgres.sh
 ensure_toolchain
+ensure_postgres
+export DATABASE_URL="${DATABASE_URL:-$PG_BASE_URL/slicesched}"
+
+if [ -f web/scripts/build.sh ]; then
+    bash web/scripts/build.sh
+fi
+if [ -f plugins/build.sh ]; then
+    bash plugins/build.sh
+fi
 cargo build --release --locked --bin slicesched
-scenario="${1:-scenarios/azure-code-4t.toml}"
-name="$(basename "$scenario" .toml)"
-./target/release/slicesched replay --scenario "$scenario" --policy dedicated --out "out/$name-dedicated"
-echo "report: out/$name-dedicated/ (summary.json, requests.csv, *.svg)"
+
+mkdir -p .data
+if [ -z "${SLICESCHED_ADMIN_TOKEN:-}" ]; then
+    if [ ! -s .data/admin-token ]; then
+        (umask 077 && od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >.data/admin-token)
+    fi
+    SLICESCHED_ADMIN_TOKEN="$(cat .data/admin-token)"
+fi
+export SLICESCHED_ADMIN_TOKEN
+cat <<MSG
+SliceScheduler on http://127.0.0.1:8080  (web UI /, API docs /api/docs)
+database:    $DATABASE_URL
+admin token: $SLICESCHED_ADMIN_TOKEN
+  curl -H "Authorization: Bearer \$(cat .data/admin-token)" http://127.0.0.1:8080/api/v1/runs
+MSG
+exec ./target/release/slicesched serve --addr 127.0.0.1:8080 --web-dir web/dist "$@"

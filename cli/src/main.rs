@@ -5,7 +5,7 @@ mod compare;
 mod cost;
 mod policies;
 mod replay;
-mod search;
+mod serve;
 mod sweep;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +33,8 @@ enum Command {
     Compare(compare::Args),
     /// Find each policy's goodput: the highest arrival-rate scale within SLA violation targets.
     Sweep(sweep::Args),
+    /// Serve the control plane: REST API, web UI and background runs over Postgres.
+    Serve(serve::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {

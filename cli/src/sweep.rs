@@ -5,9 +5,9 @@
 //! the searches want next, replays the new ones on `--jobs` threads, and feeds the results
 //! back to every search of that policy, so targets share points.
 
-use crate::search::{next_step, Outcome, Points, SearchOpts, Step};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use slicesched_report::search::{next_step, Outcome, Points, SearchOpts, Step};
 use slicesched_report::{SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
 use slicesched_sim::{ReplayOptions, Scenario};
 use std::io::{IsTerminal, Write};

@@ -1,6 +1,7 @@
 //! Replay reports: `summary.json`, `requests.csv`, SVG plots and terminal tables; sweep reports.
 
 mod plots;
+pub mod search;
 mod sweep;
 mod table;
 

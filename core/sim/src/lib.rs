@@ -14,6 +14,7 @@ mod devices;
 mod metrics;
 mod place;
 mod planner;
+mod record;
 mod replay;
 mod scenario;
 mod summary;
@@ -23,5 +24,6 @@ pub use metrics::{
     GAP_BUCKETS, SERIES_BUCKET_NS,
 };
 pub use planner::{plan, PlannerSpec, ReplicaMode};
+pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, Progress, ReplayOptions, ReplayResult};
 pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};

@@ -179,6 +179,8 @@ impl Sim<'_> {
         // A decision batch is the view, the policy call and the core's checks (what-ifs
         // included). Timing every one would cost more than many decisions: sample 1/64.
         let t0 = (self.opts.time_decisions && self.stats.decisions % 64 == 0).then(std::time::Instant::now);
+        let sample = self.rec.decisions_every > 0 && self.stats.decisions % self.rec.decisions_every == 0;
+        let (borrowed0, rejected0) = (self.stats.borrowed, self.rec.rejected_total);
         if self.policy.reads_view() {
             self.build_views();
         }
@@ -220,6 +222,14 @@ impl Sim<'_> {
         }
         if let Some(t0) = t0 {
             self.stats.decision_wall_ns.push(t0.elapsed().as_nanos() as u64);
+        }
+        if sample {
+            self.rec.decisions.push(crate::DecisionRecord {
+                at_ns: self.now,
+                ready_ops: self.ready_view.len() as u32,
+                borrowed: (self.stats.borrowed - borrowed0) as u32,
+                rejected: (self.rec.rejected_total - rejected0) as u32,
+            });
         }
     }
 
@@ -337,6 +347,7 @@ impl Sim<'_> {
     }
 
     pub(crate) fn reject(&mut self, reason: &str) {
+        self.rec.rejected_total += 1;
         match self.rejected.iter_mut().find(|(r, _)| r == reason) {
             Some((_, n)) => *n += 1,
             None => self.rejected.push((reason.to_string(), 1)),
@@ -371,6 +382,9 @@ impl Sim<'_> {
             }
             // The input copies go at the op's end, the output when its consumers end.
             self.stats.op_guest[slot] = bytes;
+        }
+        if self.rec.recording() {
+            self.rec.set_xfer(r.op.raw() as usize, ns);
         }
         if bytes > 0 {
             self.stats.transfers += 1;

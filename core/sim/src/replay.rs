@@ -10,9 +10,11 @@ use slicesched_model::IterationDag;
 use slicesched_policy::{InstanceView, Placement, Policy, ReadyOp, TenantView, View};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Knobs of one replay.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ReplayOptions {
     /// Call the progress callback every this many op events.
     pub progress_every: u64,
@@ -22,6 +24,13 @@ pub struct ReplayOptions {
     pub cpu_overhead: CpuOverhead,
     /// Measure the wall time of every policy call (reported under `timing`).
     pub time_decisions: bool,
+    /// Record the ops that start in this window (for timelines).
+    pub record_ops: Option<crate::OpWindow>,
+    /// Record every n-th policy call (0: none).
+    pub sample_decisions_every: u64,
+    /// Set from another thread to stop the replay at the next progress report; the
+    /// result then says `cancelled` and covers the replay up to that point.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Default for ReplayOptions {
@@ -31,6 +40,9 @@ impl Default for ReplayOptions {
             check_dependencies: false,
             cpu_overhead: CpuOverhead::default_a100(),
             time_decisions: false,
+            record_ops: None,
+            sample_decisions_every: 0,
+            cancel: None,
         }
     }
 }
@@ -53,6 +65,12 @@ pub struct ReplayResult {
     pub series: TimeSeries,
     /// Ops that started before one of their inputs was done (must be 0).
     pub dependency_violations: u64,
+    /// Ops recorded in [`ReplayOptions::record_ops`]'s window, by start time.
+    pub ops: Vec<crate::OpRecord>,
+    /// Sampled policy calls ([`ReplayOptions::sample_decisions_every`]).
+    pub decisions: Vec<crate::DecisionRecord>,
+    /// Stopped early through [`ReplayOptions::cancel`].
+    pub cancelled: bool,
 }
 
 /// What the event loop handles besides arrivals (which come from a sorted list).
@@ -85,6 +103,8 @@ pub(crate) struct IterRt {
     pub batch: BatchId,
     pub dag: IterationDag,
     pub new_prompt_tokens: u64,
+    /// Launch order, unique within the replay (the GMG reuses iteration slots).
+    pub serial: u64,
 }
 
 pub(crate) struct Sim<'a> {
@@ -132,6 +152,8 @@ pub(crate) struct Sim<'a> {
     pub tenant_views: Vec<TenantView>,
     pub group_links: Vec<slicesched_hw::Link>,
     pub inst_views: Vec<InstanceView>,
+    pub rec: crate::record::Recorder,
+    pub cancelled: bool,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -190,6 +212,7 @@ pub fn replay(
         })
         .collect();
     let n_gpus = scn.cluster.len();
+    let rec = crate::record::Recorder::new(opts.record_ops, opts.sample_decisions_every);
     let mut sim = Sim {
         scn,
         cost,
@@ -232,6 +255,8 @@ pub fn replay(
             gs.iter().flat_map(|a| gs.iter().map(|b| scn.cluster.link(a.gpus[0], b.gpus[0]))).collect()
         },
         inst_views: Vec::new(),
+        rec,
+        cancelled: false,
     };
     sim.load_memory();
     if sim.policy.reads_view() {
@@ -323,6 +348,10 @@ impl Sim<'_> {
             if self.op_events >= next_report {
                 next_report += self.opts.progress_every;
                 progress(&self.progress(horizon));
+                if self.opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+                    self.cancelled = true;
+                    break;
+                }
             }
         }
         progress(&self.progress(horizon));
@@ -424,7 +453,8 @@ impl Sim<'_> {
         if self.iters.len() <= iter.index() {
             self.iters.resize_with(iter.index() + 1, || None);
         }
-        self.iters[iter.index()] = Some(IterRt { inst: inst as u32, batch, dag, new_prompt_tokens });
+        self.iters[iter.index()] =
+            Some(IterRt { inst: inst as u32, batch, dag, new_prompt_tokens, serial: self.iterations });
         self.iterations += 1;
         let ready = std::mem::take(&mut self.ready);
         self.place(&ready);
@@ -452,6 +482,9 @@ impl Sim<'_> {
         }
         if let Some(tl) = self.timeline.as_mut() {
             tl.finished(slicesched_whatif::OpKey(self.op_keys[op.raw() as usize]), self.now).expect("started op");
+        }
+        if self.rec.wants(start) {
+            self.record_op(op, group);
         }
         self.ready.clear();
         self.freed.clear();
@@ -497,6 +530,31 @@ impl Sim<'_> {
         self.start_iterations(inst);
     }
 
+    /// Records a finished op once per GPU of its group.
+    fn record_op(&mut self, op: OpId, group: GroupId) {
+        let n = self.gmg.op(op);
+        let it = self.iter_of(op);
+        let b = self.insts[it.inst as usize].engine.batch(it.batch);
+        let home = self.insts[it.inst as usize].group;
+        let base = crate::OpRecord {
+            gpu: 0,
+            tenant: n.tenant.0,
+            kind: n.kind,
+            layer: n.layer,
+            iteration: it.serial,
+            start_ns: n.start_ns,
+            end_ns: self.now,
+            predicted_ns: n.predicted_ns,
+            transfer_ns: self.rec.xfer(op.raw() as usize),
+            borrowed: group != home,
+            prefill_tokens: b.prefills.iter().map(|p| p.chunk).sum(),
+            decodes: b.decodes.len() as u32,
+        };
+        for g in &self.scn.deployment.group(group).gpus {
+            self.rec.ops.push(crate::OpRecord { gpu: g.0, ..base });
+        }
+    }
+
     fn finish(mut self) -> ReplayResult {
         let end = self.now.max(1);
         for g in &mut self.dev.gpus {
@@ -516,6 +574,16 @@ impl Sim<'_> {
         let buckets = (end / crate::metrics::SERIES_BUCKET_NS + 1) as usize;
         self.series.pad(buckets);
         let summary = self.summarize(end);
-        ReplayResult { summary, records: self.records, series: self.series, dependency_violations: self.dep_violations }
+        let mut ops = std::mem::take(&mut self.rec.ops);
+        ops.sort_by_key(|o| (o.start_ns, o.gpu));
+        ReplayResult {
+            summary,
+            records: self.records,
+            series: self.series,
+            dependency_violations: self.dep_violations,
+            ops,
+            decisions: std::mem::take(&mut self.rec.decisions),
+            cancelled: self.cancelled,
+        }
     }
 }

@@ -128,8 +128,7 @@ pub fn next_step(points: &Points, target: f64, opts: &SearchOpts, width: usize) 
 
 /// Runs one target's search to the end, measuring one scale at a time with `eval` and
 /// reusing (and extending) `points`. The command drives [`next_step`] itself to replay
-/// several scales at once; this is the same search, one scale at a time.
-#[cfg_attr(not(test), allow(dead_code))]
+/// several scales at once; the API's background sweeps use this one, a scale at a time.
 pub fn search(mut eval: impl FnMut(f64) -> f64, target: f64, opts: &SearchOpts, points: &mut Points) -> Outcome {
     loop {
         match next_step(points, target, opts, 1) {

@@ -1,0 +1,88 @@
+//! Service configuration: a TOML file (optional) overridden by the environment.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where to listen.
+    pub addr: String,
+    /// Postgres URL (`DATABASE_URL` overrides it).
+    pub database_url: String,
+    /// The admin bearer token (`SLICESCHED_ADMIN_TOKEN` overrides it).
+    pub admin_token: String,
+    /// Built web UI assets, served at `/`.
+    pub web_dir: PathBuf,
+    /// Shipped scenarios, by file stem.
+    pub scenarios_dir: PathBuf,
+    /// Shipped plugin components (`*.wasm`) registered at start-up.
+    pub plugins_dir: PathBuf,
+    /// Replays or sweeps running at once; the rest wait in the queue.
+    pub max_concurrent_runs: usize,
+    /// Largest plugin upload accepted, bytes.
+    pub plugin_max_bytes: usize,
+    /// Store a demo replay at start-up when the database holds no run.
+    pub demo_run: bool,
+    /// Ops recorded for the timeline of a replay (the first this many of its window).
+    pub record_max_ops: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: "127.0.0.1:8080".into(),
+            database_url: "postgres://postgres@127.0.0.1:5432/slicesched".into(),
+            admin_token: String::new(),
+            web_dir: "web/dist".into(),
+            scenarios_dir: "scenarios".into(),
+            plugins_dir: "plugins/dist".into(),
+            max_concurrent_runs: 2,
+            plugin_max_bytes: 8 * 1024 * 1024,
+            demo_run: true,
+            record_max_ops: 200_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {msg}")]
+    File { path: String, msg: String },
+    #[error("no admin token: set SLICESCHED_ADMIN_TOKEN or admin_token in the config file")]
+    NoAdminToken,
+    #[error("admin token must be at least 16 characters")]
+    WeakAdminToken,
+}
+
+impl Config {
+    /// The file (if any), then `DATABASE_URL` and `SLICESCHED_ADMIN_TOKEN`.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut c = match file {
+            Some(p) => {
+                let err = |msg: String| ConfigError::File { path: p.display().to_string(), msg };
+                let text = std::fs::read_to_string(p).map_err(|e| err(e.to_string()))?;
+                toml::from_str(&text).map_err(|e| err(e.to_string()))?
+            }
+            None => Config::default(),
+        };
+        if let Ok(u) = std::env::var("DATABASE_URL") {
+            c.database_url = u;
+        }
+        if let Ok(t) = std::env::var("SLICESCHED_ADMIN_TOKEN") {
+            c.admin_token = t;
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.admin_token.is_empty() {
+            return Err(ConfigError::NoAdminToken);
+        }
+        if self.admin_token.len() < 16 {
+            return Err(ConfigError::WeakAdminToken);
+        }
+        Ok(())
+    }
+}

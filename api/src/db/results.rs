@@ -1,0 +1,89 @@
+//! Bulk writes of a finished run, in one transaction: a run is stored whole (results,
+//! summary, status) or not at all.
+
+use slicesched_sim::ReplayResult;
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+/// Rows per multi-row insert: large enough to amortise round trips, small enough to keep
+/// each statement's parameter arrays modest.
+const CHUNK: usize = 20_000;
+
+/// Writes a replay's per-request records and time series.
+pub async fn store_replay(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    r: &ReplayResult,
+    tenant_names: &[String],
+) -> Result<(), sqlx::Error> {
+    for chunk in r.records.chunks(CHUNK) {
+        let name = |t: u32| tenant_names.get(t as usize).cloned().unwrap_or_else(|| format!("tenant-{t}"));
+        let ns = |v: u64| v.min(i64::MAX as u64) as i64;
+        sqlx::query(
+            "insert into run_requests (run_id, request_id, tenant, arrival_ns, prompt_tokens, output_tokens, \
+             first_token_ns, finish_ns, ttft_ms, tpot_ms, preemptions, dropped, violated, ttft_target_ms, \
+             tpot_target_ms) \
+             select $1, * from unnest($2::int[], $3::text[], $4::int8[], $5::int[], $6::int[], $7::int8[], \
+             $8::int8[], $9::float8[], $10::float8[], $11::int[], $12::text[], $13::bool[], $14::float8[], \
+             $15::float8[])",
+        )
+        .bind(run)
+        .bind(chunk.iter().map(|x| x.id as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| name(x.tenant)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| ns(x.arrival_ns)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.prompt_tokens as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.output_tokens as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.first_token_ns.map(ns)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.finish_ns.map(ns)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.ttft_ns().map(|v| v as f64 / 1e6)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.tpot_ns().map(|v| v as f64 / 1e6)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.preemptions as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.dropped.map(str::to_string)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.violates()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.ttft_target_ns as f64 / 1e6).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.tpot_target_ns as f64 / 1e6).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+    }
+    store_series(tx, run, &r.series).await
+}
+
+async fn store_series(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    s: &slicesched_sim::TimeSeries,
+) -> Result<(), sqlx::Error> {
+    let n = [s.prompt_tokens.len(), s.output_tokens.len(), s.completed.len(), s.violations.len()]
+        .into_iter()
+        .chain(s.gpu_busy_ns.iter().map(Vec::len))
+        .max()
+        .unwrap_or(0);
+    let at = |v: &Vec<u64>, i: usize| v.get(i).copied().unwrap_or(0) as i64;
+    let buckets: Vec<usize> = (0..n).collect();
+    for chunk in buckets.chunks(CHUNK) {
+        // Postgres has no arrays of arrays of different lengths: each bucket's per-GPU
+        // busy time travels as a text array literal.
+        let busy: Vec<String> = chunk
+            .iter()
+            .map(|&i| {
+                let v: Vec<String> = s.gpu_busy_ns.iter().map(|g| at(g, i).to_string()).collect();
+                format!("{{{}}}", v.join(","))
+            })
+            .collect();
+        sqlx::query(
+            "insert into run_series (run_id, bucket, prompt_tokens, output_tokens, completed, violations, \
+             gpu_busy_ns) select $1, b, p, o, c, v, g::int8[] \
+             from unnest($2::int[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::text[]) as t(b, p, o, c, v, g)",
+        )
+        .bind(run)
+        .bind(chunk.iter().map(|&i| i as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|&i| at(&s.prompt_tokens, i)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|&i| at(&s.output_tokens, i)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|&i| at(&s.completed, i)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|&i| at(&s.violations, i)).collect::<Vec<_>>())
+        .bind(busy)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! The one error type of the API: every failure a handler can meet, answered as
+//! `application/problem+json` (RFC 9457) naming the offending field where there is one.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// A problem document. `field` names the body field or query parameter at fault.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// A URI naming the kind of problem (`about:blank` style short names here).
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("this role may not do that")]
+    Forbidden,
+    /// Also what a tenant gets for another tenant's things: existence must not leak.
+    #[error("not found")]
+    NotFound,
+    #[error("{field}: {detail}")]
+    BadRequest { field: String, detail: String },
+    #[error("{field}: {detail}")]
+    Invalid { field: String, detail: String },
+    #[error("{field}: {detail}")]
+    Conflict { field: String, detail: String },
+    #[error("body larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("expected content type {expected}")]
+    UnsupportedMediaType { expected: String },
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn bad(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        ApiError::BadRequest { field: field.into(), detail: detail.into() }
+    }
+    pub fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        ApiError::Invalid { field: field.into(), detail: detail.into() }
+    }
+    pub fn conflict(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        ApiError::Conflict { field: field.into(), detail: detail.into() }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Db(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// Unique constraints by name, and the field each one guards.
+const UNIQUE_FIELDS: &[(&str, &str)] = &[
+    ("tenants_name_key", "name"),
+    ("models_name_key", "name"),
+    ("clusters_name_key", "name"),
+    ("plugins_sha256_key", "bytes"),
+    ("plugins_name_version_key", "version"),
+];
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        // A named unique constraint is the client's conflict, not our failure.
+        let this = match self {
+            ApiError::Db(sqlx::Error::Database(ref e)) if e.is_unique_violation() => {
+                let field =
+                    e.constraint().and_then(|c| UNIQUE_FIELDS.iter().find(|(n, _)| *n == c)).map_or("id", |(_, f)| *f);
+                ApiError::conflict(field, "already exists")
+            }
+            other => other,
+        };
+        let status = this.status();
+        let (field, detail) = match &this {
+            ApiError::BadRequest { field, detail }
+            | ApiError::Invalid { field, detail }
+            | ApiError::Conflict { field, detail } => (Some(field.clone()), detail.clone()),
+            ApiError::Db(e) => {
+                // Internals stay in the log, never in the answer.
+                tracing::error!(error = %e, "database error");
+                (None, "internal error".to_string())
+            }
+            ApiError::Internal(e) => {
+                tracing::error!(error = %e, "internal error");
+                (None, "internal error".to_string())
+            }
+            other => (None, other.to_string()),
+        };
+        let problem = Problem {
+            kind: status.canonical_reason().unwrap_or("error").to_lowercase().replace(' ', "-"),
+            title: status.canonical_reason().unwrap_or("error").to_string(),
+            status: status.as_u16(),
+            detail,
+            field,
+        };
+        let body = serde_json::to_vec(&problem).expect("a problem always serialises");
+        let mut resp = (status, body).into_response();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,86 @@
+//! The router: one module per resource, each exposing `router()` built with utoipa-axum
+//! so every route is in the OpenAPI document (served at `/api/openapi.json`, with an
+//! offline Swagger UI at `/api/docs`). Outside `/api` the built web UI is served.
+
+mod catalog;
+mod health;
+mod keys;
+mod me;
+mod middleware;
+mod pagination;
+mod plugins;
+mod run_data;
+mod runs;
+mod tenants;
+mod timeline;
+mod web;
+
+use crate::state::AppState;
+use axum::Router;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "SliceScheduler control plane",
+        description = "Runs, their history, tenants and SLAs, policy plugins. Bearer tokens: the admin token \
+                       from configuration, tenant keys (POST /api/v1/tenants) and analyst keys (POST /api/v1/keys).",
+        version = "1"
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags(
+        (name = "me", description = "Who the token belongs to"),
+        (name = "runs", description = "Replays and sweeps, and their results"),
+        (name = "tenants", description = "Tenants, their SLAs (versioned) and statistics"),
+        (name = "keys", description = "Analyst API keys"),
+        (name = "plugins", description = "Policy plugins (Wasm components)"),
+        (name = "catalog", description = "Clusters, models and shipped scenarios"),
+        (name = "ops", description = "Health, readiness and metrics")
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Every documented route, with its OpenAPI description.
+pub fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(me::router())
+        .merge(runs::router())
+        .merge(run_data::router())
+        .merge(timeline::router())
+        .merge(tenants::router())
+        .merge(keys::router())
+        .merge(plugins::router())
+        .merge(catalog::router())
+        .merge(health::router())
+}
+
+/// The OpenAPI document alone (for `slicesched serve --print-openapi` and tests).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api().into_openapi()
+}
+
+/// The whole service: API, its document and docs page, and the web UI.
+pub fn app(state: AppState) -> Router {
+    let (router, doc) = api().split_for_parts();
+    let web_dir = state.config.web_dir.clone();
+    router
+        .merge(utoipa_swagger_ui::SwaggerUi::new("/api/docs").url("/api/openapi.json", doc))
+        .fallback_service(web::service(&web_dir))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::observe))
+        .with_state(state)
+}

@@ -1,0 +1,194 @@
+//! Policy plugins: upload (a Wasm component as `application/wasm` or in a multipart
+//! form; validated by instantiating it in the sandbox before anything is stored), list,
+//! read, activate, disable.
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, Problem};
+use crate::extract::{content_type, read_body, ApiPath};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::{FromRequest, Multipart, Request, State};
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_plugins, upload_plugin))
+        .routes(routes!(get_plugin))
+        .routes(routes!(activate_plugin))
+        .routes(routes!(disable_plugin))
+}
+
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+pub struct Plugin {
+    pub id: Uuid,
+    pub name: String,
+    pub version: String,
+    pub interface_version: String,
+    pub sha256_hex: String,
+    pub size_bytes: i64,
+    /// A policy the binary carries (no component bytes).
+    pub builtin: bool,
+    /// `active`, `disabled` or `quarantined`.
+    pub state: String,
+    pub uploaded_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PluginList {
+    pub items: Vec<Plugin>,
+}
+
+/// The multipart form of an upload.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct PluginUpload {
+    /// The Wasm component.
+    #[schema(content_media_type = "application/wasm")]
+    component: Vec<u8>,
+}
+
+pub const PLUGIN_COLUMNS: &str =
+    "id, name, version, interface_version, sha256_hex, size_bytes, builtin, state, uploaded_by, created_at, updated_at";
+
+#[utoipa::path(get, path = "/api/v1/plugins", tag = "plugins",
+    responses((status = 200, body = PluginList), (status = 401, body = Problem), (status = 403, body = Problem)))]
+async fn list_plugins(State(st): State<AppState>, caller: Caller) -> ApiResult<Json<PluginList>> {
+    caller.reader()?;
+    let items =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("select {PLUGIN_COLUMNS} from plugins order by name, created_at")))
+            .fetch_all(&st.db)
+            .await?;
+    Ok(Json(PluginList { items }))
+}
+
+#[utoipa::path(get, path = "/api/v1/plugins/{id}", tag = "plugins", params(("id" = Uuid, Path)),
+    responses((status = 200, body = Plugin), (status = 401, body = Problem), (status = 403, body = Problem),
+              (status = 404, body = Problem)))]
+async fn get_plugin(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<Plugin>> {
+    caller.reader()?;
+    fetch(&st, id).await.map(Json)
+}
+
+async fn fetch(st: &AppState, id: Uuid) -> ApiResult<Plugin> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("select {PLUGIN_COLUMNS} from plugins where id = $1")))
+        .bind(id)
+        .fetch_optional(&st.db)
+        .await?
+        .ok_or(ApiError::NotFound)
+}
+
+/// The component bytes of an upload, whichever way they came.
+async fn component_bytes(req: Request, limit: usize) -> ApiResult<Vec<u8>> {
+    let (parts, body) = req.into_parts();
+    let ct = content_type(&parts.headers);
+    // Multipart framing adds a little to the component's size.
+    let bytes = read_body(&parts.headers, body, limit + 16 * 1024).await?;
+    match ct.as_str() {
+        "application/wasm" | "application/octet-stream" => Ok(bytes.to_vec()),
+        "multipart/form-data" => {
+            let req = Request::from_parts(parts, Body::from(bytes));
+            let mut form = Multipart::from_request(req, &()).await.map_err(|e| ApiError::bad("body", e.body_text()))?;
+            while let Some(field) = form.next_field().await.map_err(|e| ApiError::bad("body", e.body_text()))? {
+                if field.name() == Some("component") {
+                    return Ok(field.bytes().await.map_err(|e| ApiError::bad("component", e.body_text()))?.to_vec());
+                }
+            }
+            Err(ApiError::invalid("component", "the form has no `component` field"))
+        }
+        _ => Err(ApiError::UnsupportedMediaType { expected: "application/wasm or multipart/form-data".into() }),
+    }
+}
+
+#[utoipa::path(post, path = "/api/v1/plugins", tag = "plugins",
+    request_body(content((Vec<u8> = "application/wasm"), (inline(PluginUpload) = "multipart/form-data"))),
+    responses((status = 201, body = Plugin), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 403, body = Problem), (status = 409, body = Problem), (status = 413, body = Problem),
+              (status = 415, body = Problem), (status = 422, description = "Not a valid policy component", body = Problem)))]
+async fn upload_plugin(
+    State(st): State<AppState>,
+    caller: Caller,
+    req: Request,
+) -> ApiResult<(StatusCode, Json<Plugin>)> {
+    caller.admin()?;
+    let limit = st.config.plugin_max_bytes;
+    let bytes = component_bytes(req, limit).await?;
+    if bytes.len() > limit {
+        return Err(ApiError::TooLarge { limit });
+    }
+    if bytes.is_empty() {
+        return Err(ApiError::invalid("component", "empty"));
+    }
+    let (info, bytes) = tokio::task::spawn_blocking(move || (crate::plugin_host::inspect(&bytes), bytes))
+        .await
+        .map_err(|e| ApiError::Internal(format!("plugin validation panicked: {e}")))?;
+    let info = info.map_err(|e| ApiError::invalid("component", e))?;
+    crate::http::tenants::check_name("name", &info.name)?;
+    let actor = caller.actor();
+    let id = Uuid::new_v4();
+    let mut tx = st.db.begin().await?;
+    sqlx::query(
+        "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, bytes, uploaded_by) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(id)
+    .bind(&info.name)
+    .bind(&info.version)
+    .bind(&info.interface_version)
+    .bind(&info.sha256_hex)
+    .bind(info.size_bytes as i64)
+    .bind(&bytes)
+    .bind(&actor)
+    .execute(&mut *tx)
+    .await?;
+    let detail = serde_json::json!({ "name": info.name, "version": info.version, "sha256": info.sha256_hex });
+    crate::db::audit(&mut *tx, &actor, "plugin.upload", &id.to_string(), detail).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(fetch(&st, id).await?)))
+}
+
+async fn set_state(st: &AppState, caller: &Caller, id: Uuid, state: &str) -> ApiResult<Plugin> {
+    caller.admin()?;
+    let mut tx = st.db.begin().await?;
+    let r = sqlx::query("update plugins set state = $2, updated_at = now() where id = $1")
+        .bind(id)
+        .bind(state)
+        .execute(&mut *tx)
+        .await?;
+    if r.rows_affected() == 0 {
+        return Err(ApiError::NotFound);
+    }
+    crate::db::audit(&mut *tx, &caller.actor(), &format!("plugin.{state}"), &id.to_string(), serde_json::json!({}))
+        .await?;
+    tx.commit().await?;
+    fetch(st, id).await
+}
+
+#[utoipa::path(post, path = "/api/v1/plugins/{id}/activate", tag = "plugins", params(("id" = Uuid, Path)),
+    responses((status = 200, body = Plugin), (status = 401, body = Problem), (status = 403, body = Problem),
+              (status = 404, body = Problem)))]
+async fn activate_plugin(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<Plugin>> {
+    set_state(&st, &caller, id, "active").await.map(Json)
+}
+
+#[utoipa::path(post, path = "/api/v1/plugins/{id}/disable", tag = "plugins", params(("id" = Uuid, Path)),
+    responses((status = 200, body = Plugin), (status = 401, body = Problem), (status = 403, body = Problem),
+              (status = 404, body = Problem)))]
+async fn disable_plugin(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<Plugin>> {
+    set_state(&st, &caller, id, "disabled").await.map(Json)
+}

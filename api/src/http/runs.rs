@@ -1,0 +1,235 @@
+//! Runs: list (filtered, keyset-paginated), read, start (admin), cancel (admin).
+
+use crate::auth::Caller;
+use crate::db::runs::{Run, RunKind, RunStatus, RUN_COLUMNS};
+use crate::error::{ApiError, ApiResult, Problem};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::http::pagination;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_runs, create_run)).routes(routes!(get_run)).routes(routes!(cancel_run))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RunQuery {
+    /// Runs that used this policy.
+    policy: Option<String>,
+    /// Runs of this scenario (name).
+    scenario: Option<String>,
+    status: Option<RunStatus>,
+    /// Created at or after (RFC 3339).
+    since: Option<DateTime<Utc>>,
+    /// Created before (RFC 3339).
+    until: Option<DateTime<Utc>>,
+    /// 1..=1000, default 50.
+    limit: Option<i64>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunPage {
+    pub items: Vec<Run>,
+    pub next_cursor: Option<String>,
+}
+
+/// What to run.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewRun {
+    pub kind: RunKind,
+    /// A shipped scenario's name (GET /api/v1/scenarios) or a whole scenario as TOML text.
+    pub scenario: String,
+    /// The policy of a replay.
+    pub policy: Option<String>,
+    /// The policies of a sweep (or a one-element list for a replay).
+    pub policies: Option<Vec<String>>,
+    /// Replays only: arrival-rate multiplier, (0, 64].
+    pub rate_scale: Option<f64>,
+    /// Sweeps only: fractions of requests allowed to violate, each in (0, 1); default [0.01, 0.09].
+    pub violation_targets: Option<Vec<f64>>,
+}
+
+#[utoipa::path(get, path = "/api/v1/runs", tag = "runs", params(RunQuery),
+    responses((status = 200, body = RunPage), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 403, body = Problem)))]
+async fn list_runs(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<RunQuery>,
+) -> ApiResult<Json<RunPage>> {
+    caller.reader()?;
+    let limit = pagination::limit(q.limit)?;
+    let (cur_ts, cur_id) = match &q.cursor {
+        Some(c) => {
+            let k = pagination::decode(c, 2)?;
+            let bad = || ApiError::bad("cursor", "not a cursor this API returned");
+            let micros: i64 = k[0].parse().map_err(|_| bad())?;
+            let ts = DateTime::<Utc>::from_timestamp_micros(micros).ok_or_else(bad)?;
+            (Some(ts), Some(Uuid::parse_str(&k[1]).map_err(|_| bad())?))
+        }
+        None => (None, None),
+    };
+    let rows: Vec<Run> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {RUN_COLUMNS} from runs \
+         where ($1::text is null or $1 = any(policies)) and ($2::text is null or scenario = $2) \
+           and ($3::text is null or status = $3) and ($4::timestamptz is null or created_at >= $4) \
+           and ($5::timestamptz is null or created_at < $5) \
+           and ($6::timestamptz is null or (created_at, id) < ($6, $7)) \
+         order by created_at desc, id desc limit $8"
+    )))
+    .bind(&q.policy)
+    .bind(&q.scenario)
+    .bind(q.status.map(RunStatus::as_str))
+    .bind(q.since)
+    .bind(q.until)
+    .bind(cur_ts)
+    .bind(cur_id)
+    .bind(limit + 1)
+    .fetch_all(&st.db)
+    .await?;
+    let (items, more) = pagination::split(rows, limit);
+    let next_cursor = more
+        .then(|| items.last().map(|r| pagination::encode(&format!("{}|{}", r.created_at.timestamp_micros(), r.id))))
+        .flatten();
+    Ok(Json(RunPage { items, next_cursor }))
+}
+
+#[utoipa::path(get, path = "/api/v1/runs/{id}", tag = "runs", params(("id" = Uuid, Path)),
+    responses((status = 200, body = Run), (status = 404, body = Problem), (status = 401, body = Problem),
+              (status = 403, body = Problem)))]
+async fn get_run(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<Run>> {
+    caller.reader()?;
+    crate::db::runs::get(&st.db, id).await?.map(Json).ok_or(ApiError::NotFound)
+}
+
+#[utoipa::path(post, path = "/api/v1/runs", tag = "runs", request_body = NewRun,
+    responses((status = 202, description = "Queued", body = Run), (status = 400, body = Problem),
+              (status = 401, body = Problem), (status = 403, body = Problem), (status = 413, body = Problem),
+              (status = 415, body = Problem), (status = 422, body = Problem)))]
+async fn create_run(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<NewRun>,
+) -> ApiResult<(StatusCode, Json<Run>)> {
+    caller.admin()?;
+    let policies = check_policies(&st, &body).await?;
+    let (rate_scale, targets) = check_knobs(&body)?;
+    if body.scenario.trim().is_empty() {
+        return Err(ApiError::invalid("scenario", "empty"));
+    }
+    let dir = st.config.scenarios_dir.clone();
+    let text = body.scenario.clone();
+    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&dir, &text))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let id = Uuid::new_v4();
+    let kind = match body.kind {
+        RunKind::Replay => "replay",
+        RunKind::Sweep => "sweep",
+    };
+    let mut tx = st.db.begin().await?;
+    sqlx::query(
+        "insert into runs (id, kind, scenario, scenario_toml, policies, rate_scale, violation_targets, \
+         tenant_names, gpus, created_by) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(id)
+    .bind(kind)
+    .bind(&resolved.name)
+    .bind(&resolved.toml)
+    .bind(&policies)
+    .bind(rate_scale)
+    .bind(&targets)
+    .bind(&resolved.tenant_names)
+    .bind(resolved.gpus as i32)
+    .bind(caller.actor())
+    .execute(&mut *tx)
+    .await?;
+    let detail = serde_json::json!({ "kind": kind, "scenario": resolved.name, "policies": policies });
+    crate::db::audit(&mut *tx, &caller.actor(), "run.create", &id.to_string(), detail).await?;
+    tx.commit().await?;
+    st.jobs.submit(id);
+    let run = crate::db::runs::get(&st.db, id).await?.ok_or(ApiError::NotFound)?;
+    Ok((StatusCode::ACCEPTED, Json(run)))
+}
+
+async fn check_policies(st: &AppState, body: &NewRun) -> ApiResult<Vec<String>> {
+    let (field, named) = match (&body.policy, &body.policies) {
+        (Some(p), None) => ("policy", vec![p.clone()]),
+        (None, Some(ps)) => ("policies", ps.clone()),
+        (Some(_), Some(_)) => return Err(ApiError::invalid("policies", "give `policy` or `policies`, not both")),
+        (None, None) => return Err(ApiError::invalid("policy", "required")),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for p in named {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    match body.kind {
+        RunKind::Replay if out.len() != 1 => return Err(ApiError::invalid(field, "a replay runs exactly one policy")),
+        RunKind::Sweep if out.is_empty() || out.len() > 10 => {
+            return Err(ApiError::invalid(field, "a sweep compares 1 to 10 policies"))
+        }
+        _ => {}
+    }
+    let available = crate::policies::available(&st.db).await?;
+    if let Some(p) = out.iter().find(|p| !available.contains(p)) {
+        let shown: String = p.chars().take(64).collect();
+        return Err(ApiError::invalid(
+            field,
+            format!("unknown policy `{shown}` (available: {})", available.join(", ")),
+        ));
+    }
+    Ok(out)
+}
+
+fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {
+    match body.kind {
+        RunKind::Replay => {
+            if body.violation_targets.is_some() {
+                return Err(ApiError::invalid("violation_targets", "only sweeps take violation targets"));
+            }
+            if let Some(s) = body.rate_scale {
+                if !(s.is_finite() && s > 0.0 && s <= 64.0) {
+                    return Err(ApiError::invalid("rate_scale", "must be in (0, 64]"));
+                }
+            }
+            Ok((body.rate_scale, None))
+        }
+        RunKind::Sweep => {
+            if body.rate_scale.is_some() {
+                return Err(ApiError::invalid("rate_scale", "a sweep searches the rate scale itself"));
+            }
+            let t = body.violation_targets.clone().unwrap_or_else(|| vec![0.01, 0.09]);
+            if t.is_empty() || t.len() > 5 || t.iter().any(|x| !(x.is_finite() && *x > 0.0 && *x < 1.0)) {
+                return Err(ApiError::invalid("violation_targets", "1 to 5 fractions, each in (0, 1)"));
+            }
+            Ok((None, Some(t)))
+        }
+    }
+}
+
+#[utoipa::path(post, path = "/api/v1/runs/{id}/cancel", tag = "runs", params(("id" = Uuid, Path)),
+    responses((status = 200, description = "Cancellation requested", body = Run), (status = 404, body = Problem),
+              (status = 409, description = "The run already ended", body = Problem), (status = 401, body = Problem),
+              (status = 403, body = Problem)))]
+async fn cancel_run(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<Run>> {
+    caller.admin()?;
+    crate::db::runs::get(&st.db, id).await?.ok_or(ApiError::NotFound)?;
+    if !st.jobs.cancel(id).await? {
+        return Err(ApiError::conflict("status", "the run already ended"));
+    }
+    crate::db::audit(&st.db, &caller.actor(), "run.cancel", &id.to_string(), serde_json::json!({})).await?;
+    crate::db::runs::get(&st.db, id).await?.map(Json).ok_or(ApiError::NotFound)
+}

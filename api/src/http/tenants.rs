@@ -1,0 +1,318 @@
+//! Tenants (admin creates them and gets their key once), their versioned SLAs (a tenant
+//! reads and changes only its own) and their statistics across runs.
+
+use crate::auth::{Caller, Role};
+use crate::error::{ApiError, ApiResult, Problem};
+use crate::extract::{ApiJson, ApiPath};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_tenants, create_tenant))
+        .routes(routes!(get_tenant))
+        .routes(routes!(get_sla, put_sla))
+        .routes(routes!(sla_history))
+        .routes(routes!(stats))
+}
+
+/// Names of tenants, models, clusters, keys: what a scenario and a URL can carry safely.
+pub fn check_name(field: &str, s: &str) -> ApiResult<()> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && !s.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(field, "1 to 64 letters, digits, `-`, `_` or `.`, not starting with `.`"))
+    }
+}
+
+/// SLA targets. A request violates when its TTFT exceeds `ttft_ms + ttft_ms_per_1k ×
+/// prompt_tokens / 1000` or its mean TPOT exceeds `tpot_ms`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlaTargets {
+    /// (0, 600000]
+    pub ttft_ms: f64,
+    /// [0, 600000], default 0.
+    #[serde(default)]
+    pub ttft_ms_per_1k: f64,
+    /// (0, 10000]
+    pub tpot_ms: f64,
+}
+
+impl SlaTargets {
+    pub fn check(&self, prefix: &str) -> ApiResult<()> {
+        let f = |n: &str| format!("{prefix}{n}");
+        if !(self.ttft_ms.is_finite() && self.ttft_ms > 0.0 && self.ttft_ms <= 600_000.0) {
+            return Err(ApiError::invalid(f("ttft_ms"), "must be in (0, 600000]"));
+        }
+        if !(self.ttft_ms_per_1k.is_finite() && (0.0..=600_000.0).contains(&self.ttft_ms_per_1k)) {
+            return Err(ApiError::invalid(f("ttft_ms_per_1k"), "must be in [0, 600000]"));
+        }
+        if !(self.tpot_ms.is_finite() && self.tpot_ms > 0.0 && self.tpot_ms <= 10_000.0) {
+            return Err(ApiError::invalid(f("tpot_ms"), "must be in (0, 10000]"));
+        }
+        Ok(())
+    }
+}
+
+/// One version of a tenant's SLA.
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+pub struct SlaVersion {
+    pub version: i32,
+    pub ttft_ms: f64,
+    pub ttft_ms_per_1k: f64,
+    pub tpot_ms: f64,
+    pub changed_by: String,
+    pub changed_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+pub struct Tenant {
+    pub id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    /// The current SLA version.
+    #[sqlx(skip)]
+    pub sla: Option<SlaVersion>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantList {
+    pub items: Vec<Tenant>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTenant {
+    pub name: String,
+    pub sla: SlaTargets,
+}
+
+/// A created tenant and its API key: the key is shown here once and never again.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedTenant {
+    pub tenant: Tenant,
+    pub api_key: String,
+}
+
+const SLA_COLUMNS: &str = "version, ttft_ms, ttft_ms_per_1k, tpot_ms, changed_by, changed_at";
+
+async fn current_sla(st: &AppState, id: Uuid) -> ApiResult<Option<SlaVersion>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {SLA_COLUMNS} from sla_versions where tenant_id = $1 order by version desc limit 1"
+    )))
+    .bind(id)
+    .fetch_optional(&st.db)
+    .await?)
+}
+
+/// The tenant, if it exists and the caller may see it (404 otherwise, whichever it is).
+async fn visible(st: &AppState, caller: &Caller, id: Uuid) -> ApiResult<Tenant> {
+    caller.sees_tenant(id)?;
+    let mut t: Tenant = sqlx::query_as("select id, name, created_at from tenants where id = $1")
+        .bind(id)
+        .fetch_optional(&st.db)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    t.sla = current_sla(st, id).await?;
+    Ok(t)
+}
+
+#[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants",
+    responses((status = 200, description = "All tenants (a tenant sees only itself)", body = TenantList),
+              (status = 401, body = Problem)))]
+async fn list_tenants(State(st): State<AppState>, caller: Caller) -> ApiResult<Json<TenantList>> {
+    let mut items: Vec<Tenant> =
+        sqlx::query_as("select id, name, created_at from tenants where ($1::uuid is null or id = $1) order by name")
+            .bind(if caller.role == Role::Tenant { caller.tenant_id } else { None })
+            .fetch_all(&st.db)
+            .await?;
+    for t in &mut items {
+        t.sla = current_sla(&st, t.id).await?;
+    }
+    Ok(Json(TenantList { items }))
+}
+
+#[utoipa::path(post, path = "/api/v1/tenants", tag = "tenants", request_body = NewTenant,
+    responses((status = 201, body = CreatedTenant), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 403, body = Problem), (status = 409, body = Problem), (status = 422, body = Problem)))]
+async fn create_tenant(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<NewTenant>,
+) -> ApiResult<(StatusCode, Json<CreatedTenant>)> {
+    caller.admin()?;
+    check_name("name", &body.name)?;
+    body.sla.check("sla.")?;
+    let id = Uuid::new_v4();
+    let token = crate::auth::new_token();
+    let actor = caller.actor();
+    let mut tx = st.db.begin().await?;
+    sqlx::query("insert into tenants (id, name) values ($1, $2)").bind(id).bind(&body.name).execute(&mut *tx).await?;
+    insert_sla(&mut tx, id, 1, &body.sla, &actor).await?;
+    sqlx::query(
+        "insert into api_keys (id, token_sha256, role, name, tenant_id, created_by) values ($1, $2, 'tenant', $3, $4, $5)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(&crate::auth::sha256(&token)[..])
+    .bind(&body.name)
+    .bind(id)
+    .bind(&actor)
+    .execute(&mut *tx)
+    .await?;
+    crate::db::audit(
+        &mut *tx,
+        &actor,
+        "tenant.create",
+        &id.to_string(),
+        serde_json::json!({ "name": body.name, "sla": body.sla }),
+    )
+    .await?;
+    tx.commit().await?;
+    let tenant = visible(&st, &caller, id).await?;
+    Ok((StatusCode::CREATED, Json(CreatedTenant { tenant, api_key: token })))
+}
+
+async fn insert_sla(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: Uuid,
+    version: i32,
+    s: &SlaTargets,
+    actor: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "insert into sla_versions (tenant_id, version, ttft_ms, ttft_ms_per_1k, tpot_ms, changed_by) \
+         values ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(id)
+    .bind(version)
+    .bind(s.ttft_ms)
+    .bind(s.ttft_ms_per_1k)
+    .bind(s.tpot_ms)
+    .bind(actor)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[utoipa::path(get, path = "/api/v1/tenants/{id}", tag = "tenants", params(("id" = Uuid, Path)),
+    responses((status = 200, body = Tenant), (status = 401, body = Problem), (status = 404, body = Problem)))]
+async fn get_tenant(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<Tenant>> {
+    visible(&st, &caller, id).await.map(Json)
+}
+
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/sla", tag = "tenants", params(("id" = Uuid, Path)),
+    responses((status = 200, body = SlaVersion), (status = 401, body = Problem), (status = 404, body = Problem)))]
+async fn get_sla(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<SlaVersion>> {
+    visible(&st, &caller, id).await?.sla.map(Json).ok_or(ApiError::NotFound)
+}
+
+#[utoipa::path(put, path = "/api/v1/tenants/{id}/sla", tag = "tenants", params(("id" = Uuid, Path)),
+    request_body = SlaTargets,
+    responses((status = 200, description = "The new version", body = SlaVersion), (status = 400, body = Problem),
+              (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem),
+              (status = 422, body = Problem)))]
+async fn put_sla(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<SlaTargets>,
+) -> ApiResult<Json<SlaVersion>> {
+    visible(&st, &caller, id).await?;
+    caller.require(&[Role::Admin, Role::Tenant])?;
+    body.check("")?;
+    let actor = caller.actor();
+    let mut tx = st.db.begin().await?;
+    // Serialises concurrent changes of one tenant's SLA: versions stay dense.
+    sqlx::query("select id from tenants where id = $1 for update").bind(id).execute(&mut *tx).await?;
+    let (last,): (Option<i32>,) = sqlx::query_as("select max(version) from sla_versions where tenant_id = $1")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    let version = last.unwrap_or(0) + 1;
+    insert_sla(&mut tx, id, version, &body, &actor).await?;
+    crate::db::audit(
+        &mut *tx,
+        &actor,
+        "sla.update",
+        &id.to_string(),
+        serde_json::json!({ "version": version, "sla": body }),
+    )
+    .await?;
+    tx.commit().await?;
+    current_sla(&st, id).await?.map(Json).ok_or(ApiError::NotFound)
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SlaHistory {
+    /// Newest first.
+    pub items: Vec<SlaVersion>,
+}
+
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/sla/history", tag = "tenants", params(("id" = Uuid, Path)),
+    responses((status = 200, body = SlaHistory), (status = 401, body = Problem), (status = 404, body = Problem)))]
+async fn sla_history(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<SlaHistory>> {
+    visible(&st, &caller, id).await?;
+    let items = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {SLA_COLUMNS} from sla_versions where tenant_id = $1 order by version desc"
+    )))
+    .bind(id)
+    .fetch_all(&st.db)
+    .await?;
+    Ok(Json(SlaHistory { items }))
+}
+
+/// The tenant's figures in one replay (the replay's per-tenant summary).
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+pub struct TenantRunStats {
+    pub run_id: Uuid,
+    pub scenario: String,
+    pub policies: Vec<String>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// requests, completed, violation_rate, TTFT/TPOT percentiles, tokens/s, SLA used.
+    #[schema(value_type = Object)]
+    pub stats: serde_json::Value,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantStats {
+    pub tenant_id: Uuid,
+    pub name: String,
+    /// Succeeded replays with a tenant of this name, newest first (at most 100).
+    pub runs: Vec<TenantRunStats>,
+}
+
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/stats", tag = "tenants", params(("id" = Uuid, Path)),
+    responses((status = 200, body = TenantStats), (status = 401, body = Problem), (status = 404, body = Problem)))]
+async fn stats(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<TenantStats>> {
+    let t = visible(&st, &caller, id).await?;
+    let runs = sqlx::query_as(
+        "select r.id as run_id, r.scenario, r.policies, r.finished_at, e.value as stats \
+         from runs r cross join lateral jsonb_array_elements(r.summary -> 'tenants') e \
+         where r.kind = 'replay' and r.status = 'succeeded' and $1 = any(r.tenant_names) and e.value ->> 'name' = $1 \
+         order by r.finished_at desc limit 100",
+    )
+    .bind(&t.name)
+    .fetch_all(&st.db)
+    .await?;
+    Ok(Json(TenantStats { tenant_id: t.id, name: t.name, runs }))
+}

@@ -1,0 +1,192 @@
+//! Background runs: each replay or sweep executes on tokio's blocking pool; a semaphore
+//! lets at most `max_concurrent_runs` execute at once while the rest wait queued.
+//! Progress reaches the database at most every [`PROGRESS_EVERY`]; cancelling sets the
+//! run's flag, which the simulator polls; at start-up, runs a previous process left
+//! running are marked `interrupted`.
+
+mod replay;
+mod sweep;
+
+use crate::config::Config;
+use crate::db::{self, runs::RunStatus};
+use crate::telemetry::Metrics;
+use sqlx::PgPool;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{watch, Semaphore};
+use tracing::Instrument;
+use uuid::Uuid;
+
+/// The least time between two progress writes of one run.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// Handle to the job runner (cheap to clone).
+#[derive(Clone)]
+pub struct Jobs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: PgPool,
+    config: Arc<Config>,
+    metrics: Arc<Metrics>,
+    /// One permit per run allowed to execute at once.
+    slots: Arc<Semaphore>,
+    /// Cancel flags of runs queued or running in this process.
+    flags: Mutex<HashMap<Uuid, Arc<AtomicBool>>>,
+}
+
+/// What a run's execution reports while it goes.
+pub struct Ctx {
+    pub cancel: Arc<AtomicBool>,
+    pub progress: watch::Sender<f64>,
+}
+
+impl Ctx {
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// How an execution ended.
+pub enum Outcome {
+    /// Results written inside the transaction; the summary to store with the run.
+    Done(serde_json::Value),
+    Cancelled,
+    Failed(String),
+}
+
+impl Jobs {
+    pub fn new(db: PgPool, config: Arc<Config>, metrics: Arc<Metrics>) -> Jobs {
+        let slots = Arc::new(Semaphore::new(config.max_concurrent_runs.max(1)));
+        Jobs { inner: Arc::new(Inner { db, config, metrics, slots, flags: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// Marks runs of a previous process and queues again those that never started.
+    pub async fn recover(&self) -> Result<u64, sqlx::Error> {
+        let (interrupted, queued) = db::runs::recover(&self.inner.db).await?;
+        if interrupted > 0 {
+            tracing::warn!(interrupted, "runs left running by a previous process marked interrupted");
+        }
+        for id in queued {
+            self.submit(id);
+        }
+        Ok(interrupted)
+    }
+
+    /// Queues a run already inserted with status `queued`.
+    pub fn submit(&self, id: Uuid) {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.inner.flags.lock().expect("flags lock").insert(id, flag.clone());
+        let inner = self.inner.clone();
+        inner.metrics.runs_in_flight.with_label_values(&["queued"]).inc();
+        let span = tracing::info_span!("run", run_id = %id);
+        tokio::spawn(
+            async move {
+                let permit = inner.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+                inner.metrics.runs_in_flight.with_label_values(&["queued"]).dec();
+                inner.metrics.runs_in_flight.with_label_values(&["running"]).inc();
+                if let Err(e) = execute(&inner, id, flag).await {
+                    tracing::error!(error = %e, "run bookkeeping failed");
+                }
+                inner.metrics.runs_in_flight.with_label_values(&["running"]).dec();
+                inner.flags.lock().expect("flags lock").remove(&id);
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Asks a run to stop. A queued run ends at once; a running one at the simulator's
+    /// next check. False when the run is not queued or running.
+    pub async fn cancel(&self, id: Uuid) -> Result<bool, sqlx::Error> {
+        let r =
+            sqlx::query("update runs set cancel_requested = true where id = $1 and status in ('queued', 'running')")
+                .bind(id)
+                .execute(&self.inner.db)
+                .await?;
+        if r.rows_affected() == 0 {
+            return Ok(false);
+        }
+        if let Some(f) = self.inner.flags.lock().expect("flags lock").get(&id) {
+            f.store(true, Ordering::Relaxed);
+        }
+        sqlx::query("update runs set status = 'cancelled', finished_at = now() where id = $1 and status = 'queued'")
+            .bind(id)
+            .execute(&self.inner.db)
+            .await?;
+        Ok(true)
+    }
+
+    /// Runs queued or running in this process.
+    pub fn in_flight(&self) -> usize {
+        self.inner.flags.lock().expect("flags lock").len()
+    }
+}
+
+async fn execute(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -> Result<(), sqlx::Error> {
+    let db = &inner.db;
+    if !db::runs::start(db, id).await? {
+        return Ok(()); // cancelled while queued
+    }
+    let Some(spec) = db::runs::spec(db, id).await? else { return Ok(()) };
+    tracing::info!(kind = %spec.kind, scenario = %spec.scenario, policies = ?spec.policies, "run started");
+    let (tx, mut rx) = watch::channel(0.0);
+    let ctx = Ctx { cancel, progress: tx };
+    // Throttled progress writer: it ends when the execution drops its sender.
+    let writer = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let p = *rx.borrow_and_update();
+                let _ = db::runs::set_progress(&db, id, p).await;
+                tokio::time::sleep(PROGRESS_EVERY).await;
+            }
+        })
+    };
+    let outcome = match spec.kind.as_str() {
+        "replay" => replay::run(inner, &spec, ctx).await,
+        _ => sweep::run(inner, &spec, ctx).await,
+    };
+    let _ = writer.await;
+    let status = match outcome {
+        Outcome::Done(_) => RunStatus::Succeeded,
+        Outcome::Cancelled => RunStatus::Cancelled,
+        Outcome::Failed(_) => RunStatus::Failed,
+    };
+    match outcome {
+        Outcome::Done(_) => {} // stored with its results
+        Outcome::Cancelled => db::runs::finish(db, id, RunStatus::Cancelled, None).await?,
+        Outcome::Failed(e) => {
+            tracing::warn!(error = %e, "run failed");
+            db::runs::finish(db, id, RunStatus::Failed, Some(&e)).await?
+        }
+    }
+    inner.metrics.runs.with_label_values(&[spec.kind.as_str(), status.as_str()]).inc();
+    tracing::info!(status = status.as_str(), "run finished");
+    Ok(())
+}
+
+/// Stores the summary and marks the run succeeded, inside the results' transaction.
+async fn succeed(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: Uuid,
+    summary: &serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    let r = sqlx::query(
+        "update runs set status = 'succeeded', progress = 1, summary = $2, finished_at = now() \
+         where id = $1 and status = 'running'",
+    )
+    .bind(id)
+    .bind(summary)
+    .execute(&mut **tx)
+    .await?;
+    // A run marked interrupted meanwhile (a restart raced this process) keeps that
+    // status: failing here rolls its results back.
+    if r.rows_affected() == 0 {
+        return Err(sqlx::Error::RowNotFound);
+    }
+    Ok(())
+}

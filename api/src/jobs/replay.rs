@@ -1,0 +1,86 @@
+//! One replay: plan the policy's replicas, replay on the blocking pool, store the
+//! records, series (and the recorded ops and sampled decisions) in one transaction.
+
+use super::{succeed, Ctx, Inner, Outcome};
+use slicesched_sim::{ReplayOptions, ReplayResult, Scenario};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Replays `scenario` under `policy`, reporting progress; the wall-clock timing figures
+/// are filled as the CLI fills them.
+pub fn replay_blocking(
+    scenario: &Scenario,
+    policy: &mut dyn slicesched_policy::Policy,
+    ctx: &Ctx,
+    opts: ReplayOptions,
+    progress: &mut dyn FnMut(f64),
+) -> Result<ReplayResult, String> {
+    let planned = slicesched_sim::plan(scenario, policy.replicas()).map_err(|e| format!("planning replicas: {e}"))?;
+    let started = Instant::now();
+    let _ = ctx;
+    let mut r = slicesched_sim::replay(&planned, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |p| {
+        progress(p.sim_ns.min(p.horizon_ns) as f64 / p.horizon_ns.max(1) as f64)
+    });
+    let wall = started.elapsed().as_secs_f64();
+    r.summary.timing.sim_wall_s = wall;
+    r.summary.timing.op_events_per_s = r.summary.op_events as f64 / wall.max(1e-9);
+    Ok(r)
+}
+
+pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx: Ctx) -> Outcome {
+    let Some(policy_name) = spec.policies.first().cloned() else {
+        return Outcome::Failed("a replay needs one policy".into());
+    };
+    let mut policy = match crate::policies::instantiate(&inner.db, &policy_name).await {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(e),
+    };
+    let dir = inner.config.scenarios_dir.clone();
+    let (name, text, scale) = (spec.scenario.clone(), spec.scenario_toml.clone(), spec.rate_scale);
+    let joined = tokio::task::spawn_blocking(move || {
+        let scenario = crate::scenarios::load(&dir, &name, &text)?;
+        let scenario = match scale {
+            Some(s) => scenario.with_rate_scale(s),
+            None => scenario,
+        };
+        let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
+        let opts = ReplayOptions { time_decisions: true, progress_every: 1 << 16, ..ReplayOptions::default() };
+        let r = replay_blocking(&scenario, policy.as_mut(), &ctx, opts, &mut |f| {
+            let _ = ctx.progress.send(f * 0.95);
+        })?;
+        Ok::<_, String>((r, names, ctx))
+    })
+    .await;
+    let (r, names, ctx) = match joined {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => return Outcome::Failed(e),
+        Err(e) => return Outcome::Failed(format!("the replay panicked: {e}")),
+    };
+    if ctx.cancelled() {
+        return Outcome::Cancelled;
+    }
+    let summary = match serde_json::to_value(&r.summary) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Failed(format!("summary: {e}")),
+    };
+    match store(inner, spec.id, &r, &names, &summary).await {
+        Ok(()) => {
+            inner.metrics.record_replay(&r.summary);
+            Outcome::Done(summary)
+        }
+        Err(e) => Outcome::Failed(format!("storing the results: {e}")),
+    }
+}
+
+async fn store(
+    inner: &Inner,
+    id: uuid::Uuid,
+    r: &ReplayResult,
+    names: &[String],
+    summary: &serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    let mut tx = inner.db.begin().await?;
+    crate::db::results::store_replay(&mut tx, id, r, names).await?;
+    succeed(&mut tx, id, summary).await?;
+    tx.commit().await
+}

@@ -1,0 +1,162 @@
+//! A goodput sweep: for each policy and violation target, the same search as
+//! `slicesched sweep` (`slicesched_report::search`), one replay at a time so that several
+//! runs share the blocking pool fairly. Stores `sweep.json` as the run's summary.
+
+use super::replay::replay_blocking;
+use super::{succeed, Ctx, Inner, Outcome};
+use slicesched_report::search::{search, Outcome as Found, Points, SearchOpts};
+use slicesched_report::{SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
+use slicesched_sim::ReplayOptions;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Replays of one search, roughly (bracketing plus bisection to 3%): for the progress bar.
+const REPLAYS_PER_SEARCH: f64 = 10.0;
+
+pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx: Ctx) -> Outcome {
+    let mut policies = Vec::new();
+    for name in &spec.policies {
+        match crate::policies::instantiate(&inner.db, name).await {
+            Ok(_) => policies.push(name.clone()),
+            Err(e) => return Outcome::Failed(e),
+        }
+    }
+    let targets = spec.violation_targets.clone().unwrap_or_else(|| vec![0.01, 0.09]);
+    let dir = inner.config.scenarios_dir.clone();
+    let (name, text) = (spec.scenario.clone(), spec.scenario_toml.clone());
+    let db = inner.db.clone();
+    let handle = tokio::runtime::Handle::current();
+    let joined = tokio::task::spawn_blocking(move || {
+        let scenario = crate::scenarios::load(&dir, &name, &text)?;
+        let opts = SearchOpts::default();
+        let started = Instant::now();
+        let searches = (policies.len() * targets.len()) as f64;
+        let mut replays = 0usize;
+        let mut results = Vec::new();
+        let mut points_out = Vec::new();
+        for policy in &policies {
+            let mut points = Points::default();
+            let mut measured: Vec<SweepPoint> = Vec::new();
+            let mut failure = None;
+            for &target in &targets {
+                let outcome = search(
+                    |scale| {
+                        if ctx.cancelled() || failure.is_some() {
+                            return 1.0; // stops the search quickly; the run is discarded
+                        }
+                        if let Some(m) = measured.iter().find(|m| m.rate_scale == scale) {
+                            return m.violation_rate;
+                        }
+                        let pol = handle.block_on(crate::policies::instantiate(&db, policy));
+                        let r = pol.and_then(|mut p| {
+                            replay_blocking(
+                                &scenario.with_rate_scale(scale),
+                                p.as_mut(),
+                                &ctx,
+                                ReplayOptions::default(),
+                                &mut |_| {},
+                            )
+                        });
+                        replays += 1;
+                        let done = results.len() as f64 + (replays as f64 / REPLAYS_PER_SEARCH).min(0.95);
+                        let _ = ctx.progress.send((done / searches).min(0.99));
+                        match r {
+                            Ok(r) => {
+                                let s = &r.summary;
+                                measured.push(SweepPoint {
+                                    policy: policy.clone(),
+                                    rate_scale: scale,
+                                    violation_rate: s.violation_rate,
+                                    prompt_tokens_per_s: s.prompt_tokens_per_s,
+                                    output_tokens_per_s: s.output_tokens_per_s,
+                                    oom_events: s.oom_events,
+                                    wall_s: s.timing.sim_wall_s,
+                                });
+                                s.violation_rate
+                            }
+                            Err(e) => {
+                                failure = Some(e);
+                                1.0
+                            }
+                        }
+                    },
+                    target,
+                    &opts,
+                    &mut points,
+                );
+                if let Some(e) = failure.take() {
+                    return Err(e);
+                }
+                if ctx.cancelled() {
+                    return Ok(None);
+                }
+                results.push(result(policy, target, outcome, &opts, &measured));
+            }
+            measured.sort_by(|a, b| a.rate_scale.total_cmp(&b.rate_scale));
+            points_out.extend(measured);
+        }
+        let ratios = results
+            .iter()
+            .map(|r| {
+                let base = results.iter().find(|d| d.policy == "dedicated" && d.target == r.target);
+                let goodput_vs_dedicated = base.map(|b| b.rate_scale).filter(|b| *b > 0.0).map(|b| r.rate_scale / b);
+                SweepRatio { policy: r.policy.clone(), target: r.target, goodput_vs_dedicated }
+            })
+            .collect();
+        let replay_wall_s = points_out.iter().map(|p| p.wall_s).sum();
+        Ok(Some(SweepReport {
+            scenario: scenario.spec.name.clone(),
+            precision: opts.precision,
+            min_scale: opts.min_scale,
+            max_scale: opts.max_scale,
+            results,
+            ratios,
+            points: points_out,
+            timing: SweepTiming { wall_s: started.elapsed().as_secs_f64(), replay_wall_s, jobs: 1 },
+        }))
+    })
+    .await;
+    let report = match joined {
+        Ok(Ok(Some(r))) => r,
+        Ok(Ok(None)) => return Outcome::Cancelled,
+        Ok(Err(e)) => return Outcome::Failed(e),
+        Err(e) => return Outcome::Failed(format!("the sweep panicked: {e}")),
+    };
+    let summary = match serde_json::to_value(&report) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Failed(format!("sweep report: {e}")),
+    };
+    let stored = async {
+        let mut tx = inner.db.begin().await?;
+        succeed(&mut tx, spec.id, &summary).await?;
+        tx.commit().await
+    };
+    match stored.await {
+        Ok(()) => Outcome::Done(summary),
+        Err(e) => Outcome::Failed(format!("storing the sweep: {e}")),
+    }
+}
+
+/// One (policy, target) answer, with the figures of the replay at the answer (or of the
+/// lowest scale tried when even that violates), as the CLI reports it.
+fn result(policy: &str, target: f64, outcome: Found, opts: &SearchOpts, measured: &[SweepPoint]) -> SweepResult {
+    let (rate_scale, status) = match outcome {
+        Found::Found(s) => (s, "found"),
+        Found::CappedAtMax => (opts.max_scale, "capped_at_max_scale"),
+        Found::ViolatesAtMin => (0.0, "violates_at_min_scale"),
+    };
+    let at = measured.iter().find(|m| (m.rate_scale - rate_scale).abs() <= 1e-9 * rate_scale.abs());
+    let lowest = measured.iter().min_by(|a, b| a.rate_scale.total_cmp(&b.rate_scale));
+    let m = if rate_scale > 0.0 { at } else { lowest };
+    let served = rate_scale > 0.0;
+    SweepResult {
+        policy: policy.to_string(),
+        target,
+        rate_scale,
+        prompt_tokens_per_s: if served { m.map_or(0.0, |m| m.prompt_tokens_per_s) } else { 0.0 },
+        output_tokens_per_s: if served { m.map_or(0.0, |m| m.output_tokens_per_s) } else { 0.0 },
+        violation_rate: m.map_or(0.0, |m| m.violation_rate),
+        oom_events: m.map_or(0, |m| m.oom_events),
+        status: status.into(),
+    }
+}

@@ -1,0 +1,139 @@
+//! Start-up and shutdown: connect and migrate, register the shipped policies, recover
+//! runs a previous process left, store a demo replay on an empty database, serve until
+//! SIGINT/SIGTERM.
+
+use crate::config::Config;
+use crate::state::AppState;
+use crate::telemetry::Metrics;
+use std::sync::Arc;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("listening on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("demo run: {0}")]
+    Demo(String),
+}
+
+/// The demo replays: what a newcomer sees at once.
+pub const DEMO_SCENARIO: &str = "smoke";
+pub const DEMO_POLICIES: &[&str] = &["dedicated", "slice"];
+
+/// Everything before serving; returns the state `app` is built on.
+pub async fn prepare(config: Config) -> Result<AppState, ServeError> {
+    let db = crate::db::connect(&config.database_url).await?;
+    let state = AppState::new(db, config, Arc::new(Metrics::new()));
+    register_shipped(&state).await?;
+    state.jobs.recover().await?;
+    if state.config.demo_run {
+        demo(&state).await?;
+    }
+    Ok(state)
+}
+
+pub async fn serve(config: Config) -> Result<(), ServeError> {
+    let addr = config.addr.clone();
+    let state = prepare(config).await?;
+    let listener =
+        tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
+    tracing::info!(%addr, "serving the API and web UI");
+    axum::serve(listener, crate::app(state)).with_graceful_shutdown(shutdown()).await?;
+    Ok(())
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down");
+}
+
+/// The built-in policies (and shipped plugin components, when the plugin host is built
+/// in) as plugin rows, once each: what `GET /api/v1/plugins` lists and admins disable.
+pub async fn register_shipped(state: &AppState) -> Result<(), sqlx::Error> {
+    let version = env!("CARGO_PKG_VERSION");
+    for name in slicesched_policy::BUILTIN {
+        let digest = hex::encode(crate::auth::sha256(&format!("builtin:{name}:{version}")));
+        sqlx::query(
+            "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, builtin, uploaded_by) \
+             values ($1, $2, $3, 'builtin', $4, 0, true, 'system') on conflict do nothing",
+        )
+        .bind(Uuid::new_v4())
+        .bind(name)
+        .bind(version)
+        .bind(digest)
+        .execute(&state.db)
+        .await?;
+    }
+    let dir = &state.config.plugins_dir;
+    let files = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path());
+    for path in files.filter(|p| p.extension().is_some_and(|e| e == "wasm")) {
+        let Ok(bytes) = std::fs::read(&path) else { continue };
+        match crate::plugin_host::inspect(&bytes) {
+            Ok(info) => {
+                sqlx::query(
+                    "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, bytes, \
+                     uploaded_by) values ($1, $2, $3, $4, $5, $6, $7, 'system') on conflict do nothing",
+                )
+                .bind(Uuid::new_v4())
+                .bind(&info.name)
+                .bind(&info.version)
+                .bind(&info.interface_version)
+                .bind(&info.sha256_hex)
+                .bind(info.size_bytes as i64)
+                .bind(&bytes)
+                .execute(&state.db)
+                .await?;
+            }
+            Err(e) => tracing::warn!(path = %path.display(), error = %e, "shipped plugin not registered"),
+        }
+    }
+    Ok(())
+}
+
+/// Queues the demo replays when the database has no run at all.
+async fn demo(state: &AppState) -> Result<(), ServeError> {
+    let (runs,): (i64,) = sqlx::query_as("select count(*) from runs").fetch_one(&state.db).await?;
+    if runs > 0 {
+        return Ok(());
+    }
+    let dir = state.config.scenarios_dir.clone();
+    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&dir, DEMO_SCENARIO))
+        .await
+        .map_err(|e| ServeError::Demo(e.to_string()))?
+        .map_err(|e| ServeError::Demo(e.to_string()))?;
+    for policy in DEMO_POLICIES {
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "insert into runs (id, kind, scenario, scenario_toml, policies, tenant_names, gpus, created_by) \
+             values ($1, 'replay', $2, $3, $4, $5, $6, 'system:demo')",
+        )
+        .bind(id)
+        .bind(&resolved.name)
+        .bind(&resolved.toml)
+        .bind(vec![policy.to_string()])
+        .bind(&resolved.tenant_names)
+        .bind(resolved.gpus as i32)
+        .execute(&state.db)
+        .await?;
+        state.jobs.submit(id);
+        tracing::info!(run_id = %id, policy, "demo replay queued");
+    }
+    Ok(())
+}

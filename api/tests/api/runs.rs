@@ -1,0 +1,186 @@
+//! Runs end to end: a replay stored whole and read back through every results route;
+//! history listing and paging; cancellation; a restart in the middle of a run.
+
+use crate::common::*;
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+async fn start(app: &axum::Router, body: Value) -> String {
+    let (s, v) = post(app, "/api/v1/runs", ADMIN, body).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    assert_eq!(v["status"], "queued");
+    v["id"].as_str().unwrap().to_string()
+}
+
+/// Reads every page of a paginated route.
+async fn all_pages(app: &axum::Router, path: &str, token: &str) -> Vec<Value> {
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    let sep = if path.contains('?') { '&' } else { '?' };
+    loop {
+        let url = match &cursor {
+            Some(c) => format!("{path}{sep}cursor={c}"),
+            None => path.to_string(),
+        };
+        let (s, v) = get(app, &url, token).await;
+        assert_eq!(s, StatusCode::OK, "{url}: {v}");
+        items.extend(v["items"].as_array().unwrap().iter().cloned());
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return items,
+        }
+    }
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_replay_is_stored_whole_and_read_back(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    let ana = analyst(&app).await;
+    let id = start(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "dedicated" })).await;
+    let run = wait_run(&app, &id, finished).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["progress"], 1.0);
+    assert_eq!(run["policies"], json!(["dedicated"]));
+    let summary = &run["summary"];
+    assert_eq!(summary["policy"], "dedicated");
+    let requests = summary["requests"].as_u64().unwrap();
+    assert!(requests > 50, "{summary}");
+
+    // Every request record, page by page, exactly once and in order.
+    let recs = all_pages(&app, &format!("/api/v1/runs/{id}/requests?limit=37"), &ana).await;
+    assert_eq!(recs.len() as u64, requests);
+    let ids: Vec<i64> = recs.iter().map(|r| r["request_id"].as_i64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let violated = recs.iter().filter(|r| r["violated"] == true).count();
+    let expect = (summary["violation_rate"].as_f64().unwrap() * requests as f64).round() as usize;
+    assert_eq!(violated, expect);
+    let only = all_pages(&app, &format!("/api/v1/runs/{id}/requests?violated=true&limit=1000"), &ana).await;
+    assert_eq!(only.len(), violated);
+    for t in summary["tenants"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let mine = all_pages(&app, &format!("/api/v1/runs/{id}/requests?tenant={name}&limit=1000"), &ana).await;
+        assert_eq!(mine.len() as u64, t["requests"].as_u64().unwrap(), "{name}");
+        assert!(mine.iter().all(|r| r["tenant"] == name));
+    }
+
+    let (s, series) = get(&app, &format!("/api/v1/runs/{id}/series"), &ana).await;
+    assert_eq!(s, StatusCode::OK);
+    let completed: i64 = series["completed"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).sum();
+    assert_eq!(completed as u64, summary["completed"].as_u64().unwrap());
+    assert_eq!(series["gpu_busy_ns"].as_array().unwrap().len(), 2);
+
+    let (_, gpus) = get(&app, &format!("/api/v1/runs/{id}/gpus"), &ana).await;
+    let gpus = gpus["items"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    for g in gpus {
+        let f = g["busy_fraction"].as_f64().unwrap();
+        assert!(f > 0.0 && f < 1.0, "{g}");
+        assert_eq!(
+            g["histogram"]["count"].as_array().unwrap().len(),
+            g["histogram"]["upper_edge_ms"].as_array().unwrap().len()
+        );
+    }
+
+    let (_, meta) = get(&app, &format!("/api/v1/runs/{id}/timeline/meta"), &ana).await;
+    assert_eq!(meta["gpus"], json!([0, 1]));
+    assert_eq!(meta["tenants"], json!(["chat", "code"]));
+
+    // The history lists it; the tenant's statistics include it.
+    let (_, list) = get(&app, "/api/v1/runs?policy=dedicated&status=succeeded", &ana).await;
+    assert_eq!(list["items"][0]["id"], json!(id));
+    let (tid, key) = tenant(&app, "chat").await;
+    let (_, stats) = get(&app, &format!("/api/v1/tenants/{tid}/stats"), &key).await;
+    assert_eq!(stats["runs"][0]["run_id"], json!(id));
+    assert_eq!(stats["runs"][0]["stats"]["name"], "chat");
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn history_pages_and_filters(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    for i in 0..7 {
+        let policy = if i % 2 == 0 { "dedicated" } else { "slice" };
+        let status = if i < 5 { "succeeded" } else { "failed" };
+        sqlx::query(
+            "insert into runs (id, kind, scenario, scenario_toml, policies, status, created_by, created_at) \
+             values (gen_random_uuid(), 'replay', $1, '', $2, $3, 'test', now() - make_interval(mins => $4))",
+        )
+        .bind(if i < 3 { "smoke" } else { "bursty-8t" })
+        .bind(vec![policy])
+        .bind(status)
+        .bind(i)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let all = all_pages(&app, "/api/v1/runs?limit=3", ADMIN).await;
+    assert_eq!(all.len(), 7);
+    let times: Vec<&str> = all.iter().map(|r| r["created_at"].as_str().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] > w[1]), "{times:?}");
+    assert_eq!(all_pages(&app, "/api/v1/runs?limit=2&policy=slice", ADMIN).await.len(), 3);
+    assert_eq!(all_pages(&app, "/api/v1/runs?status=failed", ADMIN).await.len(), 2);
+    assert_eq!(all_pages(&app, "/api/v1/runs?scenario=smoke&policy=dedicated", ADMIN).await.len(), 2);
+    let since =
+        (chrono::Utc::now() - chrono::Duration::seconds(150)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert_eq!(all_pages(&app, &format!("/api/v1/runs?since={since}"), ADMIN).await.len(), 3);
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn queued_runs_cancel_and_ended_ones_refuse(pool: PgPool) {
+    // One run at a time: the second waits in the queue.
+    let app = slicesched_api::app(state(pool.clone()).await);
+    let first = start(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "dedicated" })).await;
+    let second = start(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "slice" })).await;
+    let (s, v) = post(&app, &format!("/api/v1/runs/{second}/cancel"), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let second = wait_run(&app, &second, finished).await;
+    assert_eq!(second["status"], "cancelled");
+    let first = wait_run(&app, &first, finished).await;
+    assert_eq!(first["status"], "succeeded");
+    let id = first["id"].as_str().unwrap();
+    let (s, v) = post(&app, &format!("/api/v1/runs/{id}/cancel"), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["field"], "status");
+    let (n,): (i64,) = sqlx::query_as("select count(*) from run_requests where run_id = $1")
+        .bind(uuid::Uuid::parse_str(second["id"].as_str().unwrap()).unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_restart_in_the_middle_of_a_run_marks_it_interrupted(pool: PgPool) {
+    // The first process: a run gets going.
+    let before = state(pool.clone()).await;
+    let app = slicesched_api::app(before.clone());
+    let id = start(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "slice", "rate_scale": 2.0 })).await;
+    let queued = start(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "dedicated" })).await;
+    wait_run(&app, &id, |v| v["status"] == "running").await;
+    // A second process starts on the same database while the first one's run is in
+    // flight, as after a crash: the run can never finish there, so it is interrupted.
+    let after = state(pool.clone()).await;
+    assert_eq!(after.jobs.recover().await.unwrap(), 1);
+    let app2 = slicesched_api::app(after);
+    let (_, v) = get(&app2, &format!("/api/v1/runs/{id}"), ADMIN).await;
+    assert_eq!(v["status"], "interrupted", "{v}");
+    assert!(v["finished_at"].is_string() && v["error"].is_string());
+    // The old process's replay finishing later changes nothing: its results are not kept.
+    for _ in 0..2400 {
+        if before.jobs.in_flight() == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(before.jobs.in_flight(), 0);
+    // The queued run was queued again by the new process (and run by one of them).
+    assert_eq!(wait_run(&app2, &queued, finished).await["status"], "succeeded");
+    let (_, v) = get(&app2, &format!("/api/v1/runs/{id}"), ADMIN).await;
+    assert_eq!(v["status"], "interrupted");
+    let (n,): (i64,) = sqlx::query_as("select count(*) from run_requests where run_id = $1")
+        .bind(uuid::Uuid::parse_str(&id).unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "an interrupted run keeps no half-written results");
+}
