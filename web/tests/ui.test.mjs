@@ -131,6 +131,8 @@ describe('run pages show the API figures', () => {
     const page = await fresh();
     await signIn(page, fx.analystKey);
     await page.selectOption('select[name=policy]', 'slice');
+    await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=runs-table] tbody tr')]
+      .every((r) => r.textContent.includes('slice')));
     await page.waitForSelector(`tr[data-run="${fx.slice.id}"]`);
     const rows = await page.locator('[data-testid=runs-table] tbody tr').all();
     for (const r of rows) assert.match(await r.textContent(), /slice/);
@@ -200,7 +202,9 @@ describe('run pages show the API figures', () => {
     await signIn(page, ADMIN);
     const row = page.locator(`tr[data-run="${r.id}"]`);
     await row.locator('button:has-text("Cancel")').click();
-    await page.waitForSelector(`tr[data-run="${r.id}"] [data-status=cancelled]`, { timeout: 30000 });
+    await page.waitForSelector(`[data-cancelling="${r.id}"]`);
+    // The replay stops at its next progress check; the list polls until it has.
+    await page.waitForSelector(`tr[data-run="${r.id}"] [data-status=cancelled]`, { timeout: 180000 });
     await page.goto(`${BASE}/#/runs/${r.id}`);
     await page.waitForSelector('.state-error:has-text("cancelled")');
     await shot(page, '23-run-cancelled');
@@ -212,6 +216,8 @@ describe('timeline', () => {
   test('draws two stacked runs, zooms with wheel and keys, shows an op on hover', async () => {
     const page = await fresh();
     await signIn(page, fx.analystKey);
+    const meta = await api(`/runs/${fx.slice.id}/timeline/meta`, fx.analystKey);
+    assert.ok(meta.ops > 0, 'the replay recorded its operators (GET /runs/{id}/timeline/meta: ops > 0)');
     await page.goto(`${BASE}/#/runs/${fx.slice.id}/timeline?with=${fx.dedicated.id}`);
     await page.waitForFunction(() => window.__timeline?.ready, null, { timeout: 60000 });
     const t = await page.evaluate(() => ({ ...window.__timeline }));

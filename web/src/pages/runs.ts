@@ -89,6 +89,28 @@ export const runsPage: Page = (main, ctx) => {
   void load();
 };
 
+/** Runs whose cancel was accepted: a replay stops at its next progress check, which can
+ * take a while, so the row says so instead of offering Cancel again. */
+const cancelling = new Set<string>();
+
+function cancelButton(r: Run, reload: () => void): HTMLElement {
+  const id = String(r.id);
+  if (cancelling.has(id)) return h('span', { class: 'hint', 'data-cancelling': id }, 'cancelling…');
+  return h('button', { class: 'btn btn-small btn-danger', 'aria-label': `Cancel run ${shortId(r.id)}`, onclick: async (e: Event) => {
+    const b = e.currentTarget as HTMLButtonElement;
+    b.disabled = true;
+    try {
+      await api(`/runs/${r.id}/cancel`, { method: 'POST' });
+      cancelling.add(id);
+    } catch (err) {
+      b.disabled = false;
+      b.title = err instanceof ApiError ? `${err.title}: ${err.detail}` : String(err);
+      b.textContent = 'Cancel failed';
+    }
+    reload();
+  } }, 'Cancel');
+}
+
 function runsTable(runs: Run[], reload: () => void): HTMLElement {
   return h('table', { class: 'tbl runs', 'data-testid': 'runs-table' },
     h('thead', null, h('tr', null, ['Run', 'Kind', 'Scenario', 'Policies', 'Status', 'Progress', 'Created', 'Took',
@@ -111,9 +133,6 @@ function runsTable(runs: Run[], reload: () => void): HTMLElement {
           r.kind === 'sweep' && r.status === 'succeeded' ? link(`#/compare?run=${r.id}`, 'Compare') : null,
           r.kind === 'replay' && r.status === 'succeeded' ? link(`#/runs/${r.id}/timeline`, 'Timeline') : null,
           can('runs.cancel') && (r.status === 'queued' || r.status === 'running')
-            ? h('button', { class: 'btn btn-small btn-danger', onclick: async () => {
-              await api(`/runs/${r.id}/cancel`, { method: 'POST' });
-              reload();
-            } }, 'Cancel') : null));
+            ? cancelButton(r, reload) : null));
     })));
 }
