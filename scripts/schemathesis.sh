@@ -29,7 +29,7 @@ if [ -z "$bin" ]; then
 fi
 
 db="slicesched_st_$$"
-psql -q -d postgres -c "create database $db" >/dev/null
+psql -q "$PG_BASE_URL/postgres" -c "create database $db" >/dev/null
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 token="st-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 mkdir -p .data
@@ -40,7 +40,7 @@ server=$!
 cleanup() {
     kill "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
-    psql -q -d postgres -c "drop database if exists $db with (force)" >/dev/null 2>&1 || true
+    psql -q "$PG_BASE_URL/postgres" -c "drop database if exists $db with (force)" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 for _ in $(seq 1 120); do

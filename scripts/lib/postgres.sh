@@ -15,15 +15,19 @@ pg_bin_dir() {
 }
 
 ensure_pg_client() {
-    if ! command -v psql >/dev/null 2>&1; then
+    local missing=()
+    command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    if [ ${#missing[@]} -gt 0 ]; then
         as_root apt-get update -qq
-        as_root apt-get install -y -qq postgresql-client >/dev/null
+        as_root apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
 }
 
 ensure_postgres() {
     if [ -n "${DATABASE_URL:-}" ]; then
         PG_BASE_URL="${DATABASE_URL%/*}"
+        ensure_pg_client
         return
     fi
     if pg_answers 127.0.0.1 5432; then

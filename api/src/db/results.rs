@@ -45,7 +45,77 @@ pub async fn store_replay(
         .execute(&mut **tx)
         .await?;
     }
-    store_series(tx, run, &r.series).await
+    store_series(tx, run, &r.series).await?;
+    store_decisions(tx, run, &r.decisions).await?;
+    store_ops(tx, run, &r.ops).await
+}
+
+async fn store_decisions(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    d: &[slicesched_sim::DecisionRecord],
+) -> Result<(), sqlx::Error> {
+    for (c, chunk) in d.chunks(CHUNK).enumerate() {
+        let seq0 = (c * CHUNK) as i32;
+        sqlx::query(
+            "insert into run_decisions (run_id, seq, at_ns, ready_ops, borrowed, rejected) \
+             select $1, * from unnest($2::int[], $3::int8[], $4::int[], $5::int[], $6::int[])",
+        )
+        .bind(run)
+        .bind((0..chunk.len() as i32).map(|i| seq0 + i).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.at_ns.min(i64::MAX as u64) as i64).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.ready_ops as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.borrowed as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|x| x.rejected as i32).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The recorded ops, and their window's bounds on the run (what the timeline's meta
+/// answers and what bounds a window query's index scan).
+async fn store_ops(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    ops: &[slicesched_sim::OpRecord],
+) -> Result<(), sqlx::Error> {
+    let ns = |v: u64| v.min(i64::MAX as u64) as i64;
+    for chunk in ops.chunks(CHUNK) {
+        sqlx::query(
+            "insert into run_ops (run_id, gpu, start_ns, end_ns, tenant, kind, layer, iteration, predicted_ns, \
+             transfer_ns, borrowed, prefill_tokens, decodes) \
+             select $1, * from unnest($2::int[], $3::int8[], $4::int8[], $5::int[], $6::text[], $7::int[], \
+             $8::int8[], $9::int8[], $10::int8[], $11::bool[], $12::int[], $13::int[])",
+        )
+        .bind(run)
+        .bind(chunk.iter().map(|o| o.gpu as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| ns(o.start_ns)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| ns(o.end_ns)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| o.tenant as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| o.kind.name()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| o.layer.map(|l| l as i32)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| ns(o.iteration)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| ns(o.predicted_ns)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| ns(o.transfer_ns)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| o.borrowed).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| o.prefill_tokens as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|o| o.decodes as i32).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+    }
+    let from = ops.iter().map(|o| o.start_ns).min();
+    let to = ops.iter().map(|o| o.end_ns).max();
+    let longest = ops.iter().map(|o| o.end_ns.saturating_sub(o.start_ns)).max().unwrap_or(0);
+    sqlx::query("update runs set ops_from_ns = $2, ops_to_ns = $3, ops_count = $4, ops_max_ns = $5 where id = $1")
+        .bind(run)
+        .bind(from.map(ns))
+        .bind(to.map(ns))
+        .bind(ops.len() as i64)
+        .bind(ns(longest))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 async fn store_series(

@@ -212,12 +212,13 @@ async fn timeline(
     }
     let bucket_ns = ((to - from) + BUCKETS - 1) / BUCKETS;
     let bucket_ns = bucket_ns.max(1);
-    // Busy time clipped to the window, credited to the bucket where the op starts (an op
-    // is far shorter than a bucket once a window holds this many ops).
+    // Busy time clipped to the window and split over the buckets an op spans (one
+    // series row for almost every op: ops are short next to buckets at this scale).
     let rows: Vec<(i32, i64, i32, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select gpu, (greatest(start_ns, $5) - $5) / $6 as b, tenant, \
-         sum(least(end_ns, $4) - greatest(start_ns, $5))::int8 from run_ops where {WHERE} \
-         group by 1, 2, 3 order by 1, 2, 3"
+        "select gpu, b, tenant, sum(least(end_ns, $4, $5 + (b + 1) * $6) - greatest(start_ns, $5 + b * $6))::int8 \
+         from run_ops cross join lateral generate_series((greatest(start_ns, $5) - $5) / $6, \
+                                                        (least(end_ns, $4) - 1 - $5) / $6) as b \
+         where {WHERE} group by 1, 2, 3 order by 1, 2, 3"
     )))
     .bind(id)
     .bind(&gpus)

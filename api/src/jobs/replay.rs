@@ -2,7 +2,10 @@
 //! records, series (and the recorded ops and sampled decisions) in one transaction.
 
 use super::{succeed, Ctx, Inner, Outcome};
-use slicesched_sim::{ReplayOptions, ReplayResult, Scenario};
+use slicesched_sim::{OpWindow, ReplayOptions, ReplayResult, Scenario};
+
+/// Every this many policy calls one is kept in the run's decision history.
+pub const DECISION_SAMPLE: u64 = 16;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,7 +20,7 @@ pub fn replay_blocking(
 ) -> Result<ReplayResult, String> {
     let planned = slicesched_sim::plan(scenario, policy.replicas()).map_err(|e| format!("planning replicas: {e}"))?;
     let started = Instant::now();
-    let _ = ctx;
+    let opts = ReplayOptions { cancel: Some(ctx.cancel.clone()), ..opts };
     let mut r = slicesched_sim::replay(&planned, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |p| {
         progress(p.sim_ns.min(p.horizon_ns) as f64 / p.horizon_ns.max(1) as f64)
     });
@@ -37,6 +40,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     };
     let dir = inner.config.scenarios_dir.clone();
     let (name, text, scale) = (spec.scenario.clone(), spec.scenario_toml.clone(), spec.rate_scale);
+    let record = OpWindow::all(inner.config.record_max_ops as usize);
     let joined = tokio::task::spawn_blocking(move || {
         let scenario = crate::scenarios::load(&dir, &name, &text)?;
         let scenario = match scale {
@@ -44,7 +48,13 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             None => scenario,
         };
         let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
-        let opts = ReplayOptions { time_decisions: true, progress_every: 1 << 16, ..ReplayOptions::default() };
+        let opts = ReplayOptions {
+            time_decisions: true,
+            progress_every: 1 << 16,
+            record_ops: Some(record),
+            sample_decisions_every: DECISION_SAMPLE,
+            ..ReplayOptions::default()
+        };
         let r = replay_blocking(&scenario, policy.as_mut(), &ctx, opts, &mut |f| {
             let _ = ctx.progress.send(f * 0.95);
         })?;
@@ -56,7 +66,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Ok(Err(e)) => return Outcome::Failed(e),
         Err(e) => return Outcome::Failed(format!("the replay panicked: {e}")),
     };
-    if ctx.cancelled() {
+    if r.cancelled || ctx.cancelled() {
         return Outcome::Cancelled;
     }
     let summary = match serde_json::to_value(&r.summary) {

@@ -61,6 +61,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                         let done = results.len() as f64 + (replays as f64 / REPLAYS_PER_SEARCH).min(0.95);
                         let _ = ctx.progress.send((done / searches).min(0.99));
                         match r {
+                            Ok(r) if r.cancelled => 1.0,
                             Ok(r) => {
                                 let s = &r.summary;
                                 measured.push(SweepPoint {

@@ -85,6 +85,46 @@ async fn a_replay_is_stored_whole_and_read_back(pool: PgPool) {
     let (_, meta) = get(&app, &format!("/api/v1/runs/{id}/timeline/meta"), &ana).await;
     assert_eq!(meta["gpus"], json!([0, 1]));
     assert_eq!(meta["tenants"], json!(["chat", "code"]));
+    let (from, to, ops) =
+        (meta["from_ns"].as_i64().unwrap(), meta["to_ns"].as_i64().unwrap(), meta["ops"].as_i64().unwrap());
+    assert!(ops > 10_000 && to > from, "{meta}");
+    // A narrow window comes back op by op, every op overlapping it, on the GPUs asked.
+    let w = (from + (to - from) / 2, from + (to - from) / 2 + 50_000_000);
+    let (s, tl) = get(&app, &format!("/api/v1/runs/{id}/timeline?from_ns={}&to_ns={}&gpus=1", w.0, w.1), &ana).await;
+    assert_eq!(s, StatusCode::OK, "{tl}");
+    assert_eq!(tl["mode"], "ops");
+    let starts = tl["ops"]["start_ns"].as_array().unwrap();
+    assert!(!starts.is_empty());
+    for (i, st) in starts.iter().enumerate() {
+        assert!(st.as_i64().unwrap() < w.1 && tl["ops"]["end_ns"][i].as_i64().unwrap() > w.0);
+        assert_eq!(tl["ops"]["gpu"][i], 1);
+        assert!(tl["ops"]["kind"][i].is_string());
+    }
+    // The whole window with a small budget: buckets whose busy time adds up per tenant.
+    let (_, tl) = get(&app, &format!("/api/v1/runs/{id}/timeline?max_ops=1000"), &ana).await;
+    assert_eq!(tl["mode"], "buckets", "{}", tl["mode"]);
+    let b = &tl["buckets"];
+    let n = b["t0_ns"].as_array().unwrap().len();
+    assert!(n > 100 && n <= 2 * 2000 + 2, "{n} buckets");
+    let mut total = 0;
+    for i in 0..n {
+        let per: i64 = b["tenant_busy_ns"][i].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).sum();
+        assert_eq!(per, b["busy_ns"][i].as_i64().unwrap());
+        total += per;
+    }
+    let (busy,): (i64,) = sqlx::query_as("select sum(end_ns - start_ns)::int8 from run_ops where run_id = $1")
+        .bind(uuid::Uuid::parse_str(&id).unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(total, busy, "bucketed busy time is the ops' busy time");
+    let (s, v) = get(&app, &format!("/api/v1/runs/{id}/timeline?max_ops=0"), &ana).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::BAD_REQUEST, Some("max_ops")));
+    let (s, v) = get(&app, &format!("/api/v1/runs/{id}/timeline?gpus=7"), &ana).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::BAD_REQUEST, Some("gpus")));
+    let decisions = all_pages(&app, &format!("/api/v1/runs/{id}/decisions?limit=1000"), &ana).await;
+    let calls = summary["scheduling"]["decisions"].as_u64().unwrap();
+    assert!(!decisions.is_empty() && decisions.len() as u64 <= calls / 16 + 1, "{} of {calls}", decisions.len());
 
     // The history lists it; the tenant's statistics include it.
     let (_, list) = get(&app, "/api/v1/runs?policy=dedicated&status=succeeded", &ana).await;
@@ -143,6 +183,24 @@ async fn queued_runs_cancel_and_ended_ones_refuse(pool: PgPool) {
     assert_eq!(v["field"], "status");
     let (n,): (i64,) = sqlx::query_as("select count(*) from run_requests where run_id = $1")
         .bind(uuid::Uuid::parse_str(second["id"].as_str().unwrap()).unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_running_run_cancels_and_keeps_nothing(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    let id = start(&app, json!({ "kind": "replay", "scenario": "bursty-8t", "policy": "slice" })).await;
+    wait_run(&app, &id, |v| v["status"] == "running").await;
+    let (s, v) = post(&app, &format!("/api/v1/runs/{id}/cancel"), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let run = wait_run(&app, &id, finished).await;
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert!(run["summary"].is_null());
+    let (n,): (i64,) = sqlx::query_as("select count(*) from run_ops where run_id = $1")
+        .bind(uuid::Uuid::parse_str(&id).unwrap())
         .fetch_one(&pool)
         .await
         .unwrap();
