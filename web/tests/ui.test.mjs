@@ -245,16 +245,21 @@ describe('timeline', () => {
     await page.keyboard.press('ArrowRight');
     const span2 = await page.evaluate(() => window.__timeline.view.to - window.__timeline.view.from);
     assert.ok(span2 < span1, 'the + key zoomed in');
-    // Zoom to single operators: a window of a few operator lengths, fetched as ops.
-    await page.evaluate(() => { const v = window.__timeline.view; const m = (v.from + v.to) / 2; window.__timeline.setView(m, m + 2e6); });
-    await page.waitForFunction(() => window.__timeline.ready && window.__timeline.modes.every((m) => m === 'ops'), null, { timeout: 30000 });
+    // Zoom to single operators: 2 ms around a real op of the first run, fetched as ops.
+    const mid = (meta.from_ns + meta.to_ns) / 2;
+    const near = await api(`/runs/${fx.slice.id}/timeline?from_ns=${Math.floor(mid)}&to_ns=${Math.floor(meta.to_ns)}&gpus=0&max_ops=500000`, fx.analystKey);
+    assert.equal(near.mode, 'ops');
+    assert.ok(near.ops.start_ns.length > 0, 'ops on GPU 0 in the second half');
+    const opMid = (near.ops.start_ns[0] + near.ops.end_ns[0]) / 2;
+    await page.evaluate((m) => window.__timeline.setView(m - 1e6, m + 1e6), opMid);
     await page.waitForTimeout(300);
+    await page.waitForFunction(() => window.__timeline.ready && window.__timeline.modes.every((m) => m === 'ops'), null, { timeout: 30000 });
+    const v = await page.evaluate(() => window.__timeline.view);
+    const x = box.x + 84 + ((opMid - v.from) / (v.to - v.from)) * (box.width - 84);
     let tip = null;
-    for (let x = box.x + 100; x < box.x + box.width - 10 && !tip; x += 7) {
-      for (const dy of [60, 90, 120]) {
-        await page.mouse.move(x, box.y + dy);
-        if (await page.isVisible('[data-testid=op-tooltip]')) { tip = await page.textContent('[data-testid=op-tooltip]'); break; }
-      }
+    for (let dy = 30; dy < 140 && !tip; dy += 4) {
+      await page.mouse.move(x, box.y + dy);
+      if (await page.isVisible('[data-testid=op-tooltip]')) tip = await page.textContent('[data-testid=op-tooltip]');
     }
     assert.ok(tip, 'hovering a bar shows the op');
     assert.match(tip, /kind.*actual.*predicted/s);
