@@ -81,7 +81,7 @@ export function schedulingPanel(run: Run, s: Summary): HTMLElement {
   const details = h('details', { ontoggle: () => { if (details.open && !body.firstChild) void load(); } },
     h('summary', null, 'Sampled decisions'), body, pager);
   return h('div', null,
-    sc ? h('p', null, `${num(sc.decisions)} policy calls placed ${num(s.op_events)} operator events; `,
+    sc ? h('p', null, `${num(sc.decisions)} policy calls, ${num(s.op_events)} operator events; `,
       `${num(sc.borrowed_ops)} operators ran in another tenant's idle slice, with ${num(sc.transfers)} activation transfers (${num(sc.transfer_gb)} GB).`) : null,
     details);
 }

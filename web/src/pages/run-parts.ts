@@ -47,8 +47,9 @@ function latencies(r: Record<string, unknown>): { ttft: number | null; tpot: num
 
 export function distributions(rows: Record<string, unknown>[], s: Summary): HTMLElement[] {
   const l = rows.map(latencies);
-  const ttft = l.map((x) => x.ttft).filter((v): v is number => v !== null);
-  const tpot = l.map((x) => x.tpot).filter((v): v is number => v !== null);
+  // A one-token answer has no TPOT (0): left out rather than drawn as the smallest bin.
+  const ttft = l.map((x) => x.ttft).filter((v): v is number => v !== null && v > 0);
+  const tpot = l.map((x) => x.tpot).filter((v): v is number => v !== null && v > 0);
   const note = h('p', { class: 'hint' },
     `Histograms of the first ${num(rows.length)} of ${num(s.requests)} requests; percentiles cover all of them: `,
     `TTFT p50 ${ms(s.ttft_p50_ms)}, p90 ${ms(s.ttft_p90_ms)}, p99 ${ms(s.ttft_p99_ms)}; `,
@@ -74,15 +75,17 @@ function logHistogram(v: number[], name: string, color: string): HTMLElement {
 }
 
 export function tenantTable(s: Summary): HTMLElement {
-  const over = (v: number, target: number) =>
-    h('span', { class: target > 0 && v > target ? 'over' : 'ok', title: target > 0 ? `target ${ms(target)}` : '' }, ms(v));
+  // Red where a percentile exceeds the target; a TTFT target that grows with the prompt
+  // has no single value to hold a percentile to, so those stay uncoloured.
+  const over = (v: number, target: number, fixed = true) =>
+    h('span', { class: !fixed ? '' : target > 0 && v > target ? 'over' : 'ok', title: target > 0 ? `target ${ms(target)}` : '' }, ms(v));
   return table(
     ['Tenant', 'Model', 'GPUs', 'Requests', 'Violations', 'TTFT p50 / p99', 'TTFT target', 'TPOT p50 / p99', 'TPOT target', 'Output'],
     s.tenants.map((t, i) => [
       h('span', { class: 'swatch-name' }, h('i', { class: 'swatch', style: { background: tenantColor(i) } }), t.name),
       t.model, (t.gpus ?? []).join(', '), `${num(t.completed)} / ${num(t.requests)}`,
       h('span', { class: t.violation_rate > 0.09 ? 'over' : 'ok' }, pct(t.violation_rate)),
-      h('span', null, over(t.ttft_p50_ms, t.sla_ttft_ms), ' / ', over(t.ttft_p99_ms, t.sla_ttft_ms)),
+      h('span', null, over(t.ttft_p50_ms, t.sla_ttft_ms, !t.sla_ttft_ms_per_1k), ' / ', over(t.ttft_p99_ms, t.sla_ttft_ms, !t.sla_ttft_ms_per_1k)),
       t.sla_ttft_ms_per_1k ? `${ms(t.sla_ttft_ms)} + ${ms(t.sla_ttft_ms_per_1k)}/1k prompt` : ms(t.sla_ttft_ms),
       h('span', null, over(t.tpot_p50_ms, t.sla_tpot_ms), ' / ', over(t.tpot_p99_ms, t.sla_tpot_ms)),
       ms(t.sla_tpot_ms), tokPerS(t.output_tokens_per_s),
