@@ -32,7 +32,10 @@ export function busyHeat(busyNs: number[][], bucketS: number): HTMLElement {
   ctx.fillStyle = '#555';
   ctx.textAlign = 'center';
   const total = n * bucketS;
-  for (let i = 0; i <= 5; i++) ctx.fillText(`${Math.round((total * i) / 5)} s`, L + ((W - L - 8) * i) / 5, T + rows * rowH + 12);
+  for (let i = 0; i <= 5; i++) {
+    ctx.textAlign = i === 0 ? 'left' : i === 5 ? 'right' : 'center';
+    ctx.fillText(`${Math.round((total * i) / 5)} s`, L + ((W - L - 8) * i) / 5, T + rows * rowH + 12);
+  }
   return h('figure', { class: 'figure' }, c,
     h('figcaption', { class: 'legend' }, h('span', { class: 'legend-item' }, h('i', { style: { background: 'hsl(212,55%,97%)', border: '1px solid #ddd' } }), 'idle'),
       h('span', { class: 'legend-item' }, h('i', { style: { background: 'hsl(212,55%,35%)' } }), 'busy the whole bucket')));

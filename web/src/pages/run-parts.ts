@@ -13,18 +13,29 @@ export function seriesCharts(s: Series): HTMLElement[] {
   const b = s.bucket_s || 1;
   const n = Math.max(s.output_tokens?.length ?? 0, s.prompt_tokens?.length ?? 0, s.completed?.length ?? 0);
   if (!n) return [h('p', { class: 'hint' }, 'This run stored no time series.')];
-  const x = Array.from({ length: n }, (_, i) => i * b);
-  const rate = (v: number[] | undefined) => x.map((_, i) => (v?.[i] ?? 0) / b);
-  const viol = x.map((_, i) => {
-    const c = s.completed?.[i] ?? 0;
-    return c ? (s.violations?.[i] ?? 0) / c : 0;
+  // A long run has thousands of per-second buckets: summed into at most ~300 windows so
+  // the lines stay readable (rates are per second of the window, violations per window).
+  const per = Math.max(1, Math.ceil(n / 300));
+  const m = Math.ceil(n / per);
+  const sum = (v: number[] | undefined, w: number) => {
+    let t = 0;
+    for (let i = w * per; i < Math.min(n, (w + 1) * per); i++) t += v?.[i] ?? 0;
+    return t;
+  };
+  const x = Array.from({ length: m }, (_, w) => w * per * b);
+  const span = (w: number) => (Math.min(n, (w + 1) * per) - w * per) * b;
+  const rate = (v: number[] | undefined) => x.map((_, w) => sum(v, w) / span(w));
+  const viol = x.map((_, w) => {
+    const c = sum(s.completed, w);
+    return c ? sum(s.violations, w) / c : 0;
   });
+  const window = per > 1 ? ` (${per * b} s windows)` : '';
   const out: (HTMLDivElement | null)[] = [
-    h('div', { 'data-testid': 'chart-throughput' }, h('h3', null, 'Throughput'), lineChart([
+    h('div', { 'data-testid': 'chart-throughput' }, h('h3', null, `Throughput${window}`), lineChart([
       { name: 'output tokens/s', color: '#e15759', x, y: rate(s.output_tokens) },
       { name: 'prompt tokens/s', color: '#4e79a7', x, y: rate(s.prompt_tokens) },
     ], { xLabel: 'time (s)', yLabel: 'tokens/s' })),
-    h('div', { 'data-testid': 'chart-violations' }, h('h3', null, 'SLA violation rate'), lineChart([
+    h('div', { 'data-testid': 'chart-violations' }, h('h3', null, `SLA violation rate${window}`), lineChart([
       { name: 'violations / completions', color: '#b07aa1', x, y: viol },
     ], { xLabel: 'time (s)', yLabel: 'violation rate', yMax: Math.max(0.1, ...viol) * 1.05,
       yFormat: (v) => `${Math.round(v * 100)}%`, hlines: [{ y: 0.09, label: '9 %' }] })),
