@@ -8,7 +8,7 @@ export interface LineSeries { name: string; color: string; x: number[]; y: numbe
 
 export interface LineOpts {
   xLabel: string; yLabel: string; width?: number; height?: number;
-  yMax?: number; yFormat?: (v: number) => string; xLog?: boolean;
+  yMax?: number; yFormat?: (v: number) => string; xLog?: boolean; xInt?: boolean;
   hlines?: { y: number; label: string }[];
 }
 
@@ -26,7 +26,7 @@ export function lineChart(series: LineSeries[], o: LineOpts): HTMLElement {
     g.append(svg('line', { x1: L, x2: W - R, y1: sy(t), y2: sy(t), class: 'grid' }),
       svg('text', { x: L - 6, y: sy(t) + 4, 'text-anchor': 'end', class: 'tick' }, fmt(t)));
   }
-  const xt = o.xLog ? logTicks(x0, x1) : niceTicks(x0, x1, 6);
+  const xt = (o.xLog ? logTicks(x0, x1) : niceTicks(x0, x1, 6)).filter((t) => !o.xInt || Number.isInteger(t));
   for (const t of xt) {
     const X = o.xLog ? L + ((Math.log10(t) - x0) / (x1 - x0 || 1)) * (W - L - R) : sx(t);
     g.append(svg('text', { x: X, y: H - B + 16, 'text-anchor': 'middle', class: 'tick' }, tickLabel(t)));

@@ -52,8 +52,9 @@ export const comparePage: Page = async (main, ctx) => {
       pct(r.violation_rate), String(r.oom_events),
     ]), 'goodput'),
   h('div', { class: 'grid2' }, targets.map((t) => h('div', { 'data-testid': `ratio-${t}` }, h('h3', null, `Goodput × dedicated at ${pct(t, 0)} violations`),
-    histogram(policies.map((p, i) => ({ label: p, value: ratioOf(p, t) ?? 0, color: policyColor(p, i),
-      title: `${p}: ${ratio(ratioOf(p, t))}` })), { xLabel: 'policy', yLabel: 'goodput ÷ dedicated', every: 1, height: 220 }))))));
+    policies.some((p) => ratioOf(p, t)) ? histogram(policies.map((p, i) => ({ label: p, value: ratioOf(p, t) ?? 0, color: policyColor(p, i),
+      title: `${p}: ${ratio(ratioOf(p, t))}` })), { xLabel: 'policy', yLabel: 'goodput ÷ dedicated', every: 1, height: 220 })
+      : h('p', { class: 'hint' }, `No ratio: dedicated sustains no rate tried at ${pct(t, 0)} violations (or no policy does).`))))));
 
   // Replays of the same scenario, side by side.
   const replays = await api<ApiPage<Run>>(`/runs${qs({ scenario: rep.scenario, status: 'succeeded', limit: 50 })}`)

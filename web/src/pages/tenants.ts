@@ -81,7 +81,7 @@ export const tenantPage: Page = async (main, ctx) => {
     if (sorted.length > 1) histBox.append(lineChart([
       { name: 'TTFT target (ms)', color: '#4e79a7', x: sorted.map((s, i) => s.version ?? i + 1), y: sorted.map((s) => s.ttft_ms), points: true },
       { name: 'TPOT target (ms)', color: '#f28e2b', x: sorted.map((s, i) => s.version ?? i + 1), y: sorted.map((s) => s.tpot_ms), points: true },
-    ], { xLabel: 'SLA version', yLabel: 'target (ms)', height: 200 }));
+    ], { xLabel: 'SLA version', yLabel: 'target (ms)', height: 200, xInt: true }));
     histBox.append(table(['Version', 'TTFT target', 'TPOT target', 'Changed by', 'When'], [...sorted].reverse().map((s) => [
       String(s.version ?? ''), slaTtft(s), ms(s.tpot_ms), s.changed_by ?? '–', when(s.changed_at)]), 'sla-history'));
   };
