@@ -49,7 +49,31 @@ for _ in $(seq 1 120); do
     sleep 0.5
 done
 
-"$venv/bin/schemathesis" run "http://127.0.0.1:$port/api/openapi.json" \
+# Real ids for the operations that address one thing: a tenant, a finished replay (with
+# requests, series, decisions and recorded ops) and a plugin; without them every such
+# call would only meet a 404.
+api() { curl -fsS -H "Authorization: Bearer $token" -H 'content-type: application/json' "$@"; }
+base="http://127.0.0.1:$port/api/v1"
+json_id() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval("d" + sys.argv[1]))' "$1"; }
+tenant="$(api "$base/tenants" -d '{"name":"st-tenant","sla":{"ttft_ms":500,"tpot_ms":60}}' | json_id '["tenant"]["id"]')"
+run="$(api "$base/runs" -d '{"kind":"replay","scenario":"smoke","policy":"dedicated"}' | json_id '["id"]')"
+while api "$base/runs/$run" | grep -q '"status":"\(queued\|running\)"'; do sleep 0.5; done
+plugin="$(api "$base/plugins" | json_id '["items"][0]["id"]')"
+cat >.data/schemathesis.toml <<TOML
+[[operations]]
+include-path-regex = "^/api/v1/runs/"
+parameters = { "path.id" = "$run" }
+
+[[operations]]
+include-path-regex = "^/api/v1/tenants/"
+parameters = { "path.id" = "$tenant" }
+
+[[operations]]
+include-path-regex = "^/api/v1/plugins/"
+parameters = { "path.id" = "$plugin" }
+TOML
+
+"$venv/bin/schemathesis" --config-file .data/schemathesis.toml run "http://127.0.0.1:$port/api/openapi.json" \
     --header "Authorization: Bearer $token" \
     --checks not_a_server_error \
     --max-examples "${ST_MAX_EXAMPLES:-40}" \

@@ -13,7 +13,8 @@ ensure_toolchain
 ensure_postgres
 # #[sqlx::test] creates and drops one database per test on this server.
 export DATABASE_URL="${DATABASE_URL:-$PG_BASE_URL/postgres}"
-cargo test --workspace --locked --all-targets --no-fail-fast 2>&1
+# One profile for the tests and the binary the later steps serve: the workspace builds once.
+cargo test --release --workspace --locked --all-targets --no-fail-fast 2>&1
 cargo build --release --locked --bin slicesched
 export SLICESCHED_BIN="$PWD/target/release/slicesched"
 bash scripts/schemathesis.sh

@@ -61,6 +61,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             return Err(ApiError::UnsupportedMediaType { expected: "application/json".into() });
         }
         let bytes = read_body(&parts.headers, body, JSON_LIMIT).await?;
+        // Postgres text and jsonb cannot hold NUL: refuse it here rather than fail there.
+        if bytes.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000")) {
+            return Err(ApiError::bad("body", "NUL characters (\\u0000) are not accepted"));
+        }
         parse_json(&bytes).map(ApiJson)
     }
 }
@@ -73,6 +77,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
         let q = parts.uri.query().unwrap_or("");
+        if let Some((k, _)) = form_urlencoded::parse(q.as_bytes()).find(|(k, v)| k.contains('\0') || v.contains('\0')) {
+            return Err(ApiError::bad(k.replace('\0', ""), "NUL characters are not accepted"));
+        }
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
         serde_path_to_error::deserialize(de).map(ApiQuery).map_err(|e| {
             let path = e.path().to_string();

@@ -45,7 +45,8 @@ pub struct RequestQuery {
 /// One request of a replay.
 #[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
 pub struct RequestRecord {
-    pub request_id: i32,
+    /// The request's id within the run.
+    pub id: i32,
     pub tenant: String,
     pub arrival_ns: i64,
     pub prompt_tokens: i32,
@@ -85,7 +86,7 @@ async fn list_requests(
     };
     // Only the filters given appear in the SQL, so the planner picks the matching index.
     let mut qb: QueryBuilder<Postgres> = QueryBuilder::new(
-        "select request_id, tenant, arrival_ns, prompt_tokens, output_tokens, first_token_ns, finish_ns, ttft_ms, \
+        "select request_id as id, tenant, arrival_ns, prompt_tokens, output_tokens, first_token_ns, finish_ns, ttft_ms, \
          tpot_ms, preemptions, dropped, violated, ttft_target_ms, tpot_target_ms from run_requests where run_id = ",
     );
     qb.push_bind(id).push(" and request_id > ").push_bind(after);
@@ -98,7 +99,7 @@ async fn list_requests(
     qb.push(" order by request_id limit ").push_bind(limit + 1);
     let rows: Vec<RequestRecord> = qb.build_query_as().fetch_all(&st.db).await?;
     let (items, more) = pagination::split(rows, limit);
-    let next_cursor = more.then(|| items.last().map(|r| pagination::encode(&r.request_id.to_string()))).flatten();
+    let next_cursor = more.then(|| items.last().map(|r| pagination::encode(&r.id.to_string()))).flatten();
     Ok(Json(RequestPage { items, next_cursor }))
 }
 

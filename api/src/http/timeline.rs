@@ -17,6 +17,9 @@ pub const DEFAULT_MAX_OPS: i64 = 50_000;
 pub const MAX_MAX_OPS: i64 = 500_000;
 /// Buckets per GPU in level-of-detail answers.
 pub const BUCKETS: i64 = 2_000;
+/// Latest time a window may reach (2^52 ns, 52 simulated days): keeps bucket arithmetic
+/// far from overflow.
+pub const MAX_NS: i64 = 1 << 52;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(meta)).routes(routes!(timeline))
@@ -163,8 +166,8 @@ async fn timeline(
     }
     let from = q.from_ns.unwrap_or(m.ops_from_ns.unwrap_or(0));
     let to = q.to_ns.unwrap_or(m.ops_to_ns.unwrap_or(0));
-    if from < 0 || to < from {
-        return Err(ApiError::bad("to_ns", "need 0 <= from_ns <= to_ns"));
+    if from < 0 || to < from || to > MAX_NS {
+        return Err(ApiError::bad("to_ns", format!("need 0 <= from_ns <= to_ns <= {MAX_NS}")));
     }
     let gpus = parse_gpus(&q.gpus, m.gpus)?;
     // An op overlaps the window when it starts before its end and ends after its start;

@@ -69,6 +69,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     if r.cancelled || ctx.cancelled() {
         return Outcome::Cancelled;
     }
+    trace_decisions(&r);
     let summary = match serde_json::to_value(&r.summary) {
         Ok(v) => v,
         Err(e) => return Outcome::Failed(format!("summary: {e}")),
@@ -93,4 +94,29 @@ async fn store(
     crate::db::results::store_replay(&mut tx, id, r, names).await?;
     succeed(&mut tx, id, summary).await?;
     tx.commit().await
+}
+
+/// The replay's scheduling as a span, with its sampled decisions as events (visible at
+/// `debug`, exported over OTLP with the span).
+fn trace_decisions(r: &ReplayResult) {
+    let s = &r.summary;
+    let span = tracing::info_span!(
+        "scheduling",
+        policy = %s.policy,
+        decisions = s.scheduling.decisions,
+        placements = s.scheduling.placements,
+        borrowed_ops = s.scheduling.borrowed_ops,
+        decision_p50_us = s.timing.decision_p50_us,
+        decision_p99_us = s.timing.decision_p99_us,
+    );
+    let _enter = span.enter();
+    for d in &r.decisions {
+        tracing::debug!(
+            at_ns = d.at_ns,
+            ready_ops = d.ready_ops,
+            borrowed = d.borrowed,
+            rejected = d.rejected,
+            "decision"
+        );
+    }
 }

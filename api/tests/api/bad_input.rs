@@ -59,6 +59,8 @@ async fn bad_bodies_are_refused_and_change_nothing(pool: PgPool) {
          json!({ "kind": "replay", "policy": "dedicated", "scenario":
             "name = \"x\"\nseed = 1\nduration_s = 10\ncluster = \"/etc/passwd\"\n[[tenants]]\nname = \"a\"\nmodel = \"llama-2-7b\"\ngpus = [0]\nsla = { ttft_ms = 1, tpot_ms = 1 }\ntrace = { kind = \"poisson\", rate = 1.0 }\n" }).to_string(),
          StatusCode::UNPROCESSABLE_ENTITY, Some("scenario")),
+        (Method::POST, "/api/v1/clusters", "application/json",
+         r#"{"name": "c", "spec": {"name": "a\u0000b", "nodes": [{"gpu": "A100-80GB", "gpus": 1}]}}"#.to_string(), StatusCode::BAD_REQUEST, Some("body")),
         (Method::POST, "/api/v1/keys", "application/json", json!({ "name": "x", "role": "admin" }).to_string(), StatusCode::UNPROCESSABLE_ENTITY, Some("role")),
         (Method::POST, "/api/v1/models", "application/json", json!({ "name": "m", "config": { "hidden_size": "big" } }).to_string(), StatusCode::UNPROCESSABLE_ENTITY, Some("config")),
         (Method::POST, "/api/v1/clusters", "application/json", json!({ "name": "c", "spec": { "nodes": [{ "gpu": "Z9000", "gpus": 1 }] } }).to_string(), StatusCode::UNPROCESSABLE_ENTITY, Some("spec")),
@@ -82,6 +84,7 @@ async fn bad_queries_and_ids_are_400s(pool: PgPool) {
         ("/api/v1/runs?limit=100000", "limit"),
         ("/api/v1/runs?status=sleeping", "status"),
         ("/api/v1/runs?since=yesterday", "since"),
+        ("/api/v1/runs?scenario=a%00b", "scenario"),
         ("/api/v1/runs?cursor=%27%3B%20drop%20table%20runs", "cursor"),
         ("/api/v1/runs/not-a-uuid", "id"),
         ("/api/v1/tenants/1%20or%201=1", "id"),

@@ -50,7 +50,7 @@ async fn a_replay_is_stored_whole_and_read_back(pool: PgPool) {
     // Every request record, page by page, exactly once and in order.
     let recs = all_pages(&app, &format!("/api/v1/runs/{id}/requests?limit=37"), &ana).await;
     assert_eq!(recs.len() as u64, requests);
-    let ids: Vec<i64> = recs.iter().map(|r| r["request_id"].as_i64().unwrap()).collect();
+    let ids: Vec<i64> = recs.iter().map(|r| r["id"].as_i64().unwrap()).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]));
     let violated = recs.iter().filter(|r| r["violated"] == true).count();
     let expect = (summary["violation_rate"].as_f64().unwrap() * requests as f64).round() as usize;
