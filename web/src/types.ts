@@ -63,7 +63,7 @@ export interface Series {
 }
 
 export interface RequestRow {
-  id: number; tenant: number | string; arrival_ns: number; prompt_tokens: number; output_tokens: number;
+  id: number; tenant: string; arrival_ns: number; prompt_tokens: number; output_tokens: number;
   ttft_ms: number | null; tpot_ms: number | null; violated: boolean; dropped: string | null;
 }
 

@@ -170,11 +170,11 @@ describe('run pages show the API figures', () => {
     const reqs = await api(`/runs/${run.id}/requests?limit=25`, fx.analystKey);
     await page.waitForSelector('[data-testid=requests-table] tbody tr');
     const first = await page.locator('[data-testid=requests-table] tbody tr').first().locator('td').first().textContent();
-    assert.equal(first, String(reqs.items[0].request_id));
+    assert.equal(first, String(reqs.items[0].id ?? reqs.items[0].request_id));
     if (reqs.next_cursor) {
       await page.click('button:has-text("Next →")');
       const next = await api(`/runs/${run.id}/requests?limit=25&cursor=${reqs.next_cursor}`, fx.analystKey);
-      await page.waitForSelector(`[data-testid=requests-table] tbody tr:first-child td:first-child:text-is("${next.items[0].request_id}")`);
+      await page.waitForSelector(`[data-testid=requests-table] tbody tr:first-child td:first-child:text-is("${next.items[0].id ?? next.items[0].request_id}")`);
     }
     await page.evaluate(() => window.scrollTo(0, 0));
     await shot(page, '21-run-detail');
