@@ -36,7 +36,7 @@ impl Default for Config {
             admin_token: String::new(),
             web_dir: "web/dist".into(),
             scenarios_dir: "scenarios".into(),
-            plugins_dir: "plugins/dist".into(),
+            plugins_dir: "target/plugins".into(),
             max_concurrent_runs: 2,
             plugin_max_bytes: 8 * 1024 * 1024,
             demo_run: true,

@@ -1,47 +1,30 @@
-//! Policies a run may name: the built-ins the binary carries and active uploaded plugins.
+//! Policies a run may name: every plugin row whose state is `active` — Wasm components
+//! (shipped or uploaded) and the native built-ins the binary carries.
 
 use slicesched_policy::Policy;
 use sqlx::PgPool;
 
-/// Names a run may use now: built-ins, and plugins whose state is `active`.
+/// Names a run may use now.
 pub async fn available(db: &PgPool) -> Result<Vec<String>, sqlx::Error> {
-    let mut names: Vec<String> = slicesched_policy::BUILTIN.iter().map(|s| s.to_string()).collect();
     let rows: Vec<(String,)> =
-        sqlx::query_as("select distinct name from plugins where state = 'active' and not builtin order by name")
-            .fetch_all(db)
-            .await?;
-    for (n,) in rows {
-        if !names.contains(&n) {
-            names.push(n);
-        }
-    }
-    Ok(names)
+        sqlx::query_as("select distinct name from plugins where state = 'active' order by name").fetch_all(db).await?;
+    Ok(rows.into_iter().map(|r| r.0).collect())
 }
 
-/// A fresh policy instance for one run. Built-in names win over plugins of the same name
-/// unless the built-in was disabled.
+/// A fresh policy instance for one run: the newest active component of that name, or
+/// the native built-in when no component of that name is active.
 pub async fn instantiate(db: &PgPool, name: &str) -> Result<Box<dyn Policy>, String> {
-    let state: Option<(String,)> =
-        sqlx::query_as("select state from plugins where name = $1 and builtin order by created_at desc limit 1")
-            .bind(name)
-            .fetch_optional(db)
-            .await
-            .map_err(|e| e.to_string())?;
-    if let Some(p) = slicesched_policy::builtin(name) {
-        if state.as_ref().is_none_or(|s| s.0 == "active") {
-            return Ok(p);
-        }
-    }
-    let row: Option<(Vec<u8>,)> = sqlx::query_as(
-        "select bytes from plugins where name = $1 and state = 'active' and bytes is not null \
-         order by created_at desc limit 1",
+    let row: Option<(bool, Option<Vec<u8>>)> = sqlx::query_as(
+        "select builtin, bytes from plugins where name = $1 and state = 'active' \
+         order by builtin, created_at desc limit 1",
     )
     .bind(name)
     .fetch_optional(db)
     .await
     .map_err(|e| e.to_string())?;
     match row {
-        Some((bytes,)) => crate::plugin_host::load(&bytes),
+        Some((false, Some(bytes))) => crate::plugin_host::load(&bytes),
+        Some(_) => slicesched_policy::builtin(name).ok_or_else(|| format!("`{name}` is not a built-in policy")),
         None => Err(format!("no active policy or plugin named `{name}`")),
     }
 }

@@ -64,19 +64,20 @@ async fn shutdown() {
     tracing::info!("shutting down");
 }
 
-/// The built-in policies (and shipped plugin components, when the plugin host is built
-/// in) as plugin rows, once each: what `GET /api/v1/plugins` lists and admins disable.
+/// The shipped plugin components (`plugins_dir/*.wasm`, validated like uploads) and the
+/// native built-in policies as plugin rows, once each: what `GET /api/v1/plugins` lists,
+/// runs name and admins disable.
 pub async fn register_shipped(state: &AppState) -> Result<(), sqlx::Error> {
     let version = env!("CARGO_PKG_VERSION");
     for name in slicesched_policy::BUILTIN {
         let digest = hex::encode(crate::auth::sha256(&format!("builtin:{name}:{version}")));
         sqlx::query(
             "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, builtin, uploaded_by) \
-             values ($1, $2, $3, 'builtin', $4, 0, true, 'system') on conflict do nothing",
+             values ($1, $2, $3, 'native', $4, 0, true, 'system') on conflict do nothing",
         )
         .bind(Uuid::new_v4())
         .bind(name)
-        .bind(version)
+        .bind(format!("{version}-native"))
         .bind(digest)
         .execute(&state.db)
         .await?;

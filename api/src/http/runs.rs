@@ -158,8 +158,9 @@ async fn create_run(
     let detail = serde_json::json!({ "kind": kind, "scenario": resolved.name, "policies": policies });
     crate::db::audit(&mut *tx, &caller.actor(), "run.create", &id.to_string(), detail).await?;
     tx.commit().await?;
-    st.jobs.submit(id);
+    // Read back before the job starts: the answer shows the run as queued.
     let run = crate::db::runs::get(&st.db, id).await?.ok_or(ApiError::NotFound)?;
+    st.jobs.submit(id);
     Ok((StatusCode::ACCEPTED, Json(run)))
 }
 
