@@ -1,0 +1,139 @@
+// The panels of a run's detail page, each from one part of the API's answer.
+
+import { histogram, meter } from '../charts/bars';
+import { busyHeat } from '../charts/heat';
+import { lineChart } from '../charts/line';
+import { h } from '../dom';
+import { ms, num, pct, shortDur, tokPerS } from '../format';
+import { tenantColor } from '../palette';
+import type { Series, Summary } from '../types';
+import { table } from '../ui';
+
+export function seriesCharts(s: Series): HTMLElement[] {
+  const b = s.bucket_s || 1;
+  const n = Math.max(s.output_tokens?.length ?? 0, s.prompt_tokens?.length ?? 0, s.completed?.length ?? 0);
+  if (!n) return [h('p', { class: 'hint' }, 'This run stored no time series.')];
+  // A long run has thousands of per-second buckets: summed into at most ~300 windows so
+  // the lines stay readable (rates are per second of the window, violations per window).
+  const per = Math.max(1, Math.ceil(n / 300));
+  const m = Math.ceil(n / per);
+  const sum = (v: number[] | undefined, w: number) => {
+    let t = 0;
+    for (let i = w * per; i < Math.min(n, (w + 1) * per); i++) t += v?.[i] ?? 0;
+    return t;
+  };
+  const x = Array.from({ length: m }, (_, w) => w * per * b);
+  const span = (w: number) => (Math.min(n, (w + 1) * per) - w * per) * b;
+  const rate = (v: number[] | undefined) => x.map((_, w) => sum(v, w) / span(w));
+  const viol = x.map((_, w) => {
+    const c = sum(s.completed, w);
+    return c ? sum(s.violations, w) / c : 0;
+  });
+  const window = per > 1 ? ` (${per * b} s windows)` : '';
+  const out: (HTMLDivElement | null)[] = [
+    h('div', { 'data-testid': 'chart-throughput' }, h('h3', null, `Throughput${window}`), lineChart([
+      { name: 'output tokens/s', color: '#e15759', x, y: rate(s.output_tokens) },
+      { name: 'prompt tokens/s', color: '#4e79a7', x, y: rate(s.prompt_tokens) },
+    ], { xLabel: 'time (s)', yLabel: 'tokens/s' })),
+    h('div', { 'data-testid': 'chart-violations' }, h('h3', null, `SLA violation rate${window}`), lineChart([
+      { name: 'violations / completions', color: '#b07aa1', x, y: viol },
+    ], { xLabel: 'time (s)', yLabel: 'violation rate', yMax: Math.max(0.1, ...viol) * 1.05,
+      yFormat: (v) => `${Math.round(v * 100)}%`, hlines: [{ y: 0.09, label: '9 %' }] })),
+    s.gpu_busy_ns?.length ? h('div', { class: 'span2', 'data-testid': 'chart-gpu-busy' }, h('h3', null, 'GPU busy over time'),
+      busyHeat(s.gpu_busy_ns, b)) : null,
+  ];
+  return out.filter((x): x is HTMLDivElement => x !== null);
+}
+
+/** TTFT and TPOT of a request, whichever way the API spells them. */
+function latencies(r: Record<string, unknown>): { ttft: number | null; tpot: number | null } {
+  const n = (k: string) => (typeof r[k] === 'number' ? (r[k] as number) : null);
+  let ttft = n('ttft_ms');
+  let tpot = n('tpot_ms');
+  const arr = n('arrival_ns'), first = n('first_token_ns'), fin = n('finish_ns'), out = n('output_tokens');
+  if (ttft === null && arr !== null && first !== null) ttft = (first - arr) / 1e6;
+  if (tpot === null && first !== null && fin !== null && out !== null && out > 1) tpot = (fin - first) / 1e6 / (out - 1);
+  return { ttft, tpot };
+}
+
+export function distributions(rows: Record<string, unknown>[], s: Summary): HTMLElement[] {
+  const l = rows.map(latencies);
+  // A one-token answer has no TPOT (0): left out rather than drawn as the smallest bin.
+  const ttft = l.map((x) => x.ttft).filter((v): v is number => v !== null && v > 0);
+  const tpot = l.map((x) => x.tpot).filter((v): v is number => v !== null && v > 0);
+  const note = h('p', { class: 'hint' },
+    `Histograms of the first ${num(rows.length)} of ${num(s.requests)} requests; percentiles cover all of them: `,
+    `TTFT p50 ${ms(s.ttft_p50_ms)}, p90 ${ms(s.ttft_p90_ms)}, p99 ${ms(s.ttft_p99_ms)}; `,
+    `TPOT p50 ${ms(s.tpot_p50_ms)}, p90 ${ms(s.tpot_p90_ms)}, p99 ${ms(s.tpot_p99_ms)}.`);
+  return [
+    h('div', { 'data-testid': 'chart-ttft' }, h('h3', null, 'Time to first token'), logHistogram(ttft, 'TTFT', '#4e79a7')),
+    h('div', { 'data-testid': 'chart-tpot' }, h('h3', null, 'Time per output token'), logHistogram(tpot, 'TPOT', '#f28e2b')),
+    h('div', { class: 'span2' }, note),
+  ];
+}
+
+/** Latencies span decades, so bins are log-spaced (4 per decade). */
+function logHistogram(v: number[], name: string, color: string): HTMLElement {
+  if (!v.length) return h('p', { class: 'hint' }, `No completed requests with a ${name}.`);
+  const lo = Math.floor(Math.log10(Math.max(1e-3, Math.min(...v))) * 4);
+  const hi = Math.ceil(Math.log10(Math.max(1e-3, ...v)) * 4) + 1;
+  const counts = new Array(Math.max(1, hi - lo)).fill(0);
+  for (const x of v) counts[Math.min(counts.length - 1, Math.floor(Math.log10(Math.max(1e-3, x)) * 4) - lo)]++;
+  return histogram(counts.map((c, i) => {
+    const edge = 10 ** ((lo + i) / 4);
+    return { label: shortDur(edge * 1e6), value: c, color, title: `${ms(edge)}–${ms(10 ** ((lo + i + 1) / 4))}: ${c} requests` };
+  }), { xLabel: `${name} (ms, log bins)`, yLabel: 'requests' });
+}
+
+export function tenantTable(s: Summary): HTMLElement {
+  // Red where a percentile exceeds the target; a TTFT target that grows with the prompt
+  // has no single value to hold a percentile to, so those stay uncoloured.
+  const over = (v: number, target: number, fixed = true) =>
+    h('span', { class: !fixed ? '' : target > 0 && v > target ? 'over' : 'ok', title: target > 0 ? `target ${ms(target)}` : '' }, ms(v));
+  return table(
+    ['Tenant', 'Model', 'GPUs', 'Requests', 'Violations', 'TTFT p50 / p99', 'TTFT target', 'TPOT p50 / p99', 'TPOT target', 'Output'],
+    s.tenants.map((t, i) => [
+      h('span', { class: 'swatch-name' }, h('i', { class: 'swatch', style: { background: tenantColor(i) } }), t.name),
+      t.model, (t.gpus ?? []).join(', '), `${num(t.completed)} / ${num(t.requests)}`,
+      h('span', { class: t.violation_rate > 0.09 ? 'over' : 'ok' }, pct(t.violation_rate)),
+      h('span', null, over(t.ttft_p50_ms, t.sla_ttft_ms, !t.sla_ttft_ms_per_1k), ' / ', over(t.ttft_p99_ms, t.sla_ttft_ms, !t.sla_ttft_ms_per_1k)),
+      t.sla_ttft_ms_per_1k ? `${ms(t.sla_ttft_ms)} + ${ms(t.sla_ttft_ms_per_1k)}/1k prompt` : ms(t.sla_ttft_ms),
+      h('span', null, over(t.tpot_p50_ms, t.sla_tpot_ms), ' / ', over(t.tpot_p99_ms, t.sla_tpot_ms)),
+      ms(t.sla_tpot_ms), tokPerS(t.output_tokens_per_s),
+    ]), 'tenants');
+}
+
+/** Upper edge of idle-gap bucket b in ns (metrics.rs: 1 µs × 10^(b/10)). */
+const gapEdgeNs = (b: number) => 1000 * 10 ** (b / 10);
+
+export function gpuPanel(s: Summary): HTMLElement {
+  const hist = h('div', { 'data-testid': 'gap-histogram' });
+  const choose = h('select', { id: 'gap-gpu', 'aria-label': 'GPU for the idle-gap histogram',
+    onchange: () => draw(Number(choose.value)) }, s.gpus.map((g) => h('option', { value: g.gpu }, `GPU ${g.gpu}`)));
+  const draw = (gpu: number) => {
+    const g = s.gpus.find((x) => x.gpu === gpu);
+    hist.replaceChildren();
+    if (!g?.gap_histogram) return;
+    const idle = g.gap_histogram.idle_ns;
+    // Trim empty decades on both ends so the bars that matter are wide enough to read.
+    let a = idle.findIndex((v) => v > 0), b = idle.length - 1;
+    while (b > a && !idle[b]) b--;
+    if (a < 0) { hist.append(h('p', { class: 'hint' }, 'No idle gaps on this GPU.')); return; }
+    a = Math.max(0, a - 1);
+    hist.append(histogram(idle.slice(a, b + 1).map((v, i) => ({
+      label: (a + i) % 10 === 0 ? shortDur(gapEdgeNs(a + i)) : '', value: v / 1e6, color: '#9c755f',
+      title: `gaps ≤ ${ms(gapEdgeNs(a + i) / 1e6, 3)}: ${g.gap_histogram.count[a + i]} gaps, ${ms(v / 1e6)} idle`,
+    })), { xLabel: 'idle gap length (upper edge, 10 bins per decade)', yLabel: 'idle time (ms)', every: 1, width: 760 }));
+  };
+  const rows = s.gpus.map((g) => [
+    `GPU ${g.gpu}`, g.sku, meter(g.busy_fraction), `${num(g.busy_s)} s`,
+    g.busy_s ? pct(g.guest_busy_s / g.busy_s) : '–', num(g.idle_gaps),
+    `${ms(g.idle_gap_p50_ms, 3)} / ${ms(g.idle_gap_p90_ms, 3)}`, `${num(g.peak_memory_gb)} / ${num(g.capacity_gb)} GB`,
+    String(g.oom_events),
+  ]);
+  const wrap = h('div', null,
+    table(['GPU', 'SKU', 'Busy', 'Busy time', 'Borrowed share', 'Idle gaps', 'Gap p50 / p90', 'Peak memory', 'OOM'], rows, 'gpus'),
+    h('div', { class: 'gap-box' }, h('h3', null, 'Idle time by gap length on ', choose), hist));
+  if (s.gpus.length) draw(s.gpus[0].gpu);
+  return wrap;
+}

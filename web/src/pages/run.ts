@@ -1,0 +1,87 @@
+import { api, qs } from '../api';
+import { clear, h } from '../dom';
+import { ms, num, pct, tokPerS, when, shortId } from '../format';
+import { go } from '../router';
+import type { Run, Series, Summary } from '../types';
+import { badge, card, errorBox, progressBar, section } from '../ui';
+import { distributions, gpuPanel, seriesCharts, tenantTable } from './run-parts';
+import { requestsTable, schedulingPanel } from './requests';
+import type { Page } from './page';
+
+export const runPage: Page = async (main, ctx) => {
+  const id = ctx.route.path[1];
+  let timer = 0;
+  ctx.onLeave(() => clearTimeout(timer));
+  const head = h('div');
+  const body = h('div');
+  main.append(head, body);
+
+  let rendered = false;
+  const load = async (): Promise<void> => {
+    const run = await api<Run>(`/runs/${id}`);
+    if (run.kind === 'sweep' && run.status === 'succeeded') return go(`/compare?run=${id}`);
+    clear(head);
+    head.append(header(run));
+    const live = run.status === 'queued' || run.status === 'running';
+    if (live) {
+      timer = window.setTimeout(() => void load().catch(() => undefined), 2000);
+      return;
+    }
+    if (rendered) return;
+    rendered = true;
+    clear(body);
+    if (run.status !== 'succeeded' || !run.summary) {
+      body.append(h('div', { class: 'state state-error', role: 'alert' },
+        h('h3', null, `This run ${run.status === 'failed' ? 'failed' : `was ${run.status}`}`),
+        h('p', null, run.error ?? 'It stored no results: runs are stored whole or not at all.')));
+      return;
+    }
+    await details(body, run, run.summary as Summary);
+  };
+  await load();
+};
+
+function header(run: Run): HTMLElement {
+  const s = run.summary as Summary | null;
+  return h('div', { class: 'page-head' },
+    h('div', null,
+      h('h1', null, `Run ${shortId(run.id)} `, h('small', null, `${run.kind} · ${run.scenario} · ${(run.policies ?? []).join(', ')}`)),
+      h('div', { class: 'meta' }, badge(run.status), ' created ', when(run.created_at),
+        run.finished_at ? ` · finished ${when(run.finished_at)}` : '',
+        s ? ` · simulated ${num(s.duration_s)} s, ${num(s.requests)} requests` : '')),
+    run.status === 'queued' || run.status === 'running' ? progressBar(run.progress, run.status) : null,
+    run.status === 'succeeded' && run.kind === 'replay'
+      ? h('a', { class: 'btn btn-primary', href: `#/runs/${run.id}/timeline` }, 'Open timeline') : null);
+}
+
+async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
+  const dur = s.duration_s || 1;
+  const metOk = s.completed * (1 - s.violation_rate);
+  body.append(h('div', { class: 'cards', 'data-testid': 'summary-cards' },
+    card('Output throughput', tokPerS(s.output_tokens_per_s), 'generated tokens', '', s.output_tokens_per_s),
+    card('Prompt throughput', tokPerS(s.prompt_tokens_per_s), 'prefilled tokens', '', s.prompt_tokens_per_s),
+    card('Goodput', `${num(metOk / dur)} req/s`, `${num(Math.round(metOk))} of ${num(s.requests)} requests within SLA`),
+    card('SLA violation rate', pct(s.violation_rate), 'TTFT or mean TPOT over target', s.violation_rate > 0.09 ? 'bad' : 'good', s.violation_rate),
+    card('TTFT p50 / p99', `${ms(s.ttft_p50_ms)} / ${ms(s.ttft_p99_ms)}`),
+    card('TPOT p50 / p99', `${ms(s.tpot_p50_ms)} / ${ms(s.tpot_p99_ms)}`),
+    card('OOM events', String(s.oom_events), s.oom_events === 0 ? 'memory safety held' : 'must never happen', s.oom_events === 0 ? 'good' : 'bad', s.oom_events),
+    card('GPU busy', pct(s.gpu_busy_fraction, 1), s.scheduling ? `${num(s.scheduling.borrowed_ops)} ops borrowed idle slices` : undefined)));
+
+  const seriesBox = h('div', { class: 'grid2' });
+  const distBox = h('div', { class: 'grid2' });
+  body.append(
+    section('Over time', seriesBox),
+    section('Latency distributions', distBox),
+    section('Tenants against their SLA', tenantTable(s)),
+    section('GPUs: busy fraction and idle gaps', gpuPanel(s)),
+    section('Requests', requestsTable(run, s)),
+    section('Scheduling', schedulingPanel(run, s)));
+
+  // The two slower fetches fill their panels as they arrive; a failure stays local.
+  void api<Series>(`/runs/${run.id}/series`)
+    .then((series) => seriesBox.append(...seriesCharts(series)))
+    .catch((e) => seriesBox.append(errorBox(e)));
+  void api<{ items: Record<string, unknown>[] }>(`/runs/${run.id}/requests${qs({ limit: 1000 })}`)
+    .then((p) => distBox.append(...distributions(p.items, s)))
+    .catch((e) => distBox.append(errorBox(e)));
+}

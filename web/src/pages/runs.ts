@@ -1,0 +1,138 @@
+import { api, ApiError, qs } from '../api';
+import { clear, h } from '../dom';
+import { pct, shortId, tokPerS, wall, when } from '../format';
+import { replaceQuery } from '../router';
+import { can } from '../session';
+import type { Page as ApiPage, Run, Summary } from '../types';
+import { badge, empty, errorBox, link, progressBar } from '../ui';
+import { newRunForm } from './new-run';
+import type { Page } from './page';
+
+export const POLICIES = ['dedicated', 'timeslice', 'mps', 'pooled', 'slice'];
+const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'interrupted'];
+const LIVE_MS = 2000;
+
+export const runsPage: Page = (main, ctx) => {
+  const q = ctx.route.query;
+  const f = {
+    policy: q.get('policy') ?? '', scenario: q.get('scenario') ?? '', status: q.get('status') ?? '',
+    since: q.get('since') ?? '', until: q.get('until') ?? '',
+  };
+  // Cursors of the pages before this one, so "Previous" works with forward-only cursors.
+  const cursors: (string | null)[] = [null];
+  let timer = 0;
+  ctx.onLeave(() => clearTimeout(timer));
+
+  const select = (name: keyof typeof f, label: string, opts: string[]) =>
+    h('label', null, label, h('select', { name, onchange: (e: Event) => set(name, (e.target as HTMLSelectElement).value) },
+      h('option', { value: '' }, 'any'), opts.map((o) => h('option', { value: o, selected: f[name] === o }, o))));
+  const dateInput = (name: 'since' | 'until', label: string) =>
+    h('label', null, label, h('input', { type: 'date', name, value: f[name].slice(0, 10),
+      onchange: (e: Event) => set(name, (e.target as HTMLInputElement).value) }));
+  const scenarioInput = h('input', { name: 'scenario', value: f.scenario, placeholder: 'e.g. azure-code-4t',
+    onchange: (e: Event) => set('scenario', (e.target as HTMLInputElement).value.trim()) });
+
+  const body = h('div', { class: 'runs-body' });
+  const pager = h('div', { class: 'pager' });
+  main.append(
+    h('div', { class: 'page-head' }, h('h1', null, 'Runs'),
+      can('runs.start') ? newRunForm(() => load()) : null),
+    h('form', { class: 'filters', 'aria-label': 'Filters', onsubmit: (e: Event) => e.preventDefault() },
+      select('policy', 'Policy', POLICIES), h('label', null, 'Scenario', scenarioInput),
+      select('status', 'Status', STATUSES), dateInput('since', 'From'), dateInput('until', 'To')),
+    body, pager);
+
+  function set(k: keyof typeof f, v: string): void {
+    f[k] = v;
+    const p = new URLSearchParams();
+    for (const [key, val] of Object.entries(f)) if (val) p.set(key, val);
+    replaceQuery(p);
+    cursors.length = 1;
+    void load();
+  }
+
+  async function load(): Promise<void> {
+    clearTimeout(timer);
+    const cursor = cursors[cursors.length - 1];
+    let page: ApiPage<Run>;
+    try {
+      page = await api<ApiPage<Run>>(`/runs${qs({
+        policy: f.policy, scenario: f.scenario, status: f.status, limit: 25, cursor,
+        since: f.since ? new Date(`${f.since}T00:00:00Z`).toISOString() : '',
+        until: f.until ? new Date(`${f.until}T23:59:59Z`).toISOString() : '',
+      })}`);
+    } catch (e) {
+      clear(body);
+      clear(pager);
+      body.append(errorBox(e, () => void load()));
+      if (e instanceof ApiError && e.unreachable) timer = window.setTimeout(load, LIVE_MS * 3);
+      return;
+    }
+    clear(body);
+    if (!page.items.length) {
+      body.append(empty('No runs match', Object.values(f).some(Boolean)
+        ? 'No run matches these filters. Clear a filter to see more.'
+        : can('runs.start') ? 'Start a replay or a sweep with “New run”.' : 'An admin has not started any run yet.'));
+    } else {
+      body.append(runsTable(page.items, () => void load()));
+    }
+    clear(pager);
+    pager.append(
+      h('button', { class: 'btn', disabled: cursors.length === 1, onclick: () => { cursors.pop(); void load(); } }, '← Newer'),
+      h('span', { class: 'hint' }, `page ${cursors.length}`),
+      h('button', { class: 'btn', disabled: !page.next_cursor, onclick: () => { cursors.push(page.next_cursor); void load(); } }, 'Older →'));
+    // Poll only while something on this page can still change.
+    if (page.items.some((r) => r.status === 'queued' || r.status === 'running')) {
+      timer = window.setTimeout(load, LIVE_MS);
+    }
+  }
+  void load();
+};
+
+/** Runs whose cancel was accepted: a replay stops at its next progress check, which can
+ * take a while, so the row says so instead of offering Cancel again. */
+const cancelling = new Set<string>();
+
+function cancelButton(r: Run, reload: () => void): HTMLElement {
+  const id = String(r.id);
+  if (cancelling.has(id)) return h('span', { class: 'hint', 'data-cancelling': id }, 'cancelling…');
+  return h('button', { class: 'btn btn-small btn-danger', 'aria-label': `Cancel run ${shortId(r.id)}`, onclick: async (e: Event) => {
+    const b = e.currentTarget as HTMLButtonElement;
+    b.disabled = true;
+    try {
+      await api(`/runs/${r.id}/cancel`, { method: 'POST' });
+      cancelling.add(id);
+    } catch (err) {
+      b.disabled = false;
+      b.title = err instanceof ApiError ? `${err.title}: ${err.detail}` : String(err);
+      b.textContent = 'Cancel failed';
+    }
+    reload();
+  } }, 'Cancel');
+}
+
+function runsTable(runs: Run[], reload: () => void): HTMLElement {
+  return h('table', { class: 'tbl runs', 'data-testid': 'runs-table' },
+    h('thead', null, h('tr', null, ['Run', 'Kind', 'Scenario', 'Policies', 'Status', 'Progress', 'Created', 'Took',
+      'Violations', 'Output', ''].map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', null, runs.map((r) => {
+      const s = r.kind === 'replay' ? (r.summary as Summary | null) : null;
+      const took = r.started_at && r.finished_at ? wall(Date.parse(r.finished_at) - Date.parse(r.started_at)) : '–';
+      return h('tr', { 'data-run': r.id, class: `row-${r.status}` },
+        h('td', null, link(`#/runs/${r.id}`, shortId(r.id))),
+        h('td', null, r.kind),
+        h('td', null, r.scenario),
+        h('td', null, (r.policies ?? []).join(', ')),
+        h('td', null, badge(r.status), r.error ? h('div', { class: 'cell-error', title: r.error }, r.error) : null),
+        h('td', null, progressBar(r.progress, r.status)),
+        h('td', null, when(r.created_at)),
+        h('td', null, took),
+        h('td', { class: 'num' }, s ? pct(s.violation_rate) : '–'),
+        h('td', { class: 'num' }, s ? tokPerS(s.output_tokens_per_s) : '–'),
+        h('td', null,
+          r.kind === 'sweep' && r.status === 'succeeded' ? link(`#/compare?run=${r.id}`, 'Compare') : null,
+          r.kind === 'replay' && r.status === 'succeeded' ? link(`#/runs/${r.id}/timeline`, 'Timeline') : null,
+          can('runs.cancel') && (r.status === 'queued' || r.status === 'running')
+            ? cancelButton(r, reload) : null));
+    })));
+}

@@ -1,0 +1,130 @@
+import { api, ApiError } from '../api';
+import { lineChart } from '../charts/line';
+import { clear, h } from '../dom';
+import { ms, num, pct, shortId, tokPerS, when } from '../format';
+import { can, session } from '../session';
+import type { Page as ApiPage, Sla, Tenant } from '../types';
+import { empty, errorBox, link, section, table } from '../ui';
+import type { Page } from './page';
+
+const items = <T>(x: T[] | ApiPage<T>): T[] => (Array.isArray(x) ? x : x.items);
+
+export const tenantsPage: Page = async (main) => {
+  const list = h('div');
+  main.append(h('div', { class: 'page-head' }, h('h1', null, 'Tenants'), can('tenants.create') ? createTenant(() => void load()) : null), list);
+  async function load(): Promise<void> {
+    const ts = items(await api<Tenant[] | ApiPage<Tenant>>('/tenants'));
+    clear(list);
+    list.append(ts.length
+      ? table(['Tenant', 'TTFT target', 'TPOT target', 'SLA version', 'Created', ''], ts.map((t) => [
+        link(`#/tenants/${t.id}`, t.name), t.sla ? slaTtft(t.sla) : '–', t.sla ? ms(t.sla.tpot_ms) : '–',
+        String(t.sla?.version ?? '–'), when(t.created_at), link(`#/tenants/${t.id}`, 'SLA and statistics')]), 'tenant-list')
+      : empty('No tenants yet', can('tenants.create') ? 'Create the first tenant with “New tenant”.' : 'An admin has not created any tenant.'));
+  }
+  await load();
+};
+
+function createTenant(done: () => void): HTMLElement {
+  const d = h('details', { class: 'new-run' });
+  const name = h('input', { name: 'name', required: true, pattern: '[a-z0-9][a-z0-9-]{0,62}', placeholder: 'acme-chat' });
+  const ttft = h('input', { name: 'ttft_ms', type: 'number', min: '0.001', max: '600000', step: 'any', value: '1000', required: true });
+  const per1k = h('input', { name: 'ttft_ms_per_1k', type: 'number', min: '0', max: '600000', step: 'any', value: '0' });
+  const tpot = h('input', { name: 'tpot_ms', type: 'number', min: '0.001', max: '10000', step: 'any', value: '100', required: true });
+  const out = h('div', { role: 'status' });
+  d.append(h('summary', { class: 'btn btn-primary' }, 'New tenant'), h('form', { onsubmit: async (e: Event) => {
+    e.preventDefault();
+    const body = { name: name.value.trim(),
+      sla: { ttft_ms: Number(ttft.value), ttft_ms_per_1k: Number(per1k.value || 0), tpot_ms: Number(tpot.value) } };
+    try {
+      const r = await api<{ api_key?: string; key?: string }>('/tenants', { method: 'POST', body: JSON.stringify(body) });
+      out.replaceChildren(keyOnce(r.api_key ?? r.key ?? ''));
+      done();
+    } catch (err) {
+      out.replaceChildren(h('p', { class: 'form-error' }, err instanceof ApiError ? `${err.title}: ${err.detail}` : String(err)));
+    }
+  } }, h('label', null, 'Name', name), h('label', null, 'TTFT target (ms)', ttft),
+  h('label', null, 'TTFT extra per 1k prompt tokens (ms)', per1k), h('label', null, 'TPOT target (ms)', tpot),
+  h('button', { class: 'btn btn-primary', type: 'submit' }, 'Create'), out));
+  return d;
+}
+
+export function keyOnce(key: string): HTMLElement {
+  return h('div', { class: 'key-once', 'data-testid': 'new-key' },
+    h('p', null, h('b', null, 'Copy this key now: it is shown once and stored only hashed.')),
+    h('code', null, key),
+    h('button', { class: 'btn btn-small', type: 'button', onclick: () => void navigator.clipboard?.writeText(key) }, 'Copy'));
+}
+
+export const tenantPage: Page = async (main, ctx) => {
+  const id = ctx.route.path[1];
+  const t = await api<Tenant>(`/tenants/${id}`);
+  main.append(h('div', { class: 'page-head' }, h('h1', null, t.name, ' ', h('small', null, t.model ?? ''))));
+  const slaBox = h('div'), histBox = h('div'), statsBox = h('div');
+  main.append(section('Current SLA', slaBox), section('SLA history', histBox), section('Statistics', statsBox));
+  const mine = session.me?.role === 'tenant' && String(session.me.tenant_id) === String(id);
+
+  const loadSla = async () => {
+    const [sla, hist] = await Promise.all([
+      api<Sla>(`/tenants/${id}/sla`),
+      api<Sla[] | ApiPage<Sla>>(`/tenants/${id}/sla/history`).then(items),
+    ]);
+    clear(slaBox);
+    slaBox.append(h('div', { class: 'cards' },
+      h('div', { class: 'card' }, h('div', { class: 'card-label' }, 'TTFT target'), h('div', { class: 'card-value', 'data-testid': 'sla-ttft' }, ms(sla.ttft_ms)),
+        sla.ttft_ms_per_1k ? h('div', { class: 'card-hint' }, `+ ${ms(sla.ttft_ms_per_1k)} per 1k prompt tokens`) : null),
+      h('div', { class: 'card' }, h('div', { class: 'card-label' }, 'TPOT target'), h('div', { class: 'card-value', 'data-testid': 'sla-tpot' }, ms(sla.tpot_ms))),
+      h('div', { class: 'card' }, h('div', { class: 'card-label' }, 'Version'), h('div', { class: 'card-value' }, String(sla.version ?? '–')),
+        h('div', { class: 'card-hint' }, `${sla.changed_by ?? ''} ${when(sla.changed_at)}`))),
+    ...((mine || session.me?.role === 'admin') && can('sla.edit') ? [slaForm(id, sla, () => void loadSla())] : []));
+    clear(histBox);
+    const sorted = [...hist].sort((a, b) => (a.version ?? 0) - (b.version ?? 0));
+    if (sorted.length > 1) histBox.append(lineChart([
+      { name: 'TTFT target (ms)', color: '#4e79a7', x: sorted.map((s, i) => s.version ?? i + 1), y: sorted.map((s) => s.ttft_ms), points: true },
+      { name: 'TPOT target (ms)', color: '#f28e2b', x: sorted.map((s, i) => s.version ?? i + 1), y: sorted.map((s) => s.tpot_ms), points: true },
+    ], { xLabel: 'SLA version', yLabel: 'target (ms)', height: 200, xInt: true }));
+    histBox.append(table(['Version', 'TTFT target', 'TPOT target', 'Changed by', 'When'], [...sorted].reverse().map((s) => [
+      String(s.version ?? ''), slaTtft(s), ms(s.tpot_ms), s.changed_by ?? '–', when(s.changed_at)]), 'sla-history'));
+  };
+  await loadSla().catch((e) => slaBox.append(errorBox(e)));
+  await api<{ runs?: RunStats[] }>(`/tenants/${id}/stats`).then((s) => statsBox.append(statsView(s)))
+    .catch((e) => statsBox.append(errorBox(e)));
+};
+
+function slaForm(id: string, sla: Sla, saved: () => void): HTMLElement {
+  const ttft = h('input', { type: 'number', name: 'ttft_ms', min: '0.001', max: '600000', step: 'any', value: String(sla.ttft_ms), required: true });
+  const per1k = h('input', { type: 'number', name: 'ttft_ms_per_1k', min: '0', max: '600000', step: 'any', value: String(sla.ttft_ms_per_1k ?? 0) });
+  const tpot = h('input', { type: 'number', name: 'tpot_ms', min: '0.001', max: '10000', step: 'any', value: String(sla.tpot_ms), required: true });
+  const msg = h('p', { class: 'form-error', role: 'alert' });
+  return h('form', { class: 'inline-form', 'data-testid': 'sla-form', onsubmit: async (e: Event) => {
+    e.preventDefault();
+    try {
+      await api(`/tenants/${id}/sla`, { method: 'PUT', body: JSON.stringify({ ttft_ms: Number(ttft.value),
+        ttft_ms_per_1k: Number(per1k.value || 0), tpot_ms: Number(tpot.value) }) });
+      saved();
+    } catch (err) {
+      msg.textContent = err instanceof ApiError ? `${err.title}${err.field ? ` (${err.field})` : ''}: ${err.detail}` : String(err);
+    }
+  } }, h('label', null, 'TTFT target (ms)', ttft), h('label', null, '+ per 1k prompt tokens (ms)', per1k),
+  h('label', null, 'TPOT target (ms)', tpot), h('button', { class: 'btn btn-primary', type: 'submit' }, 'Save new version'), msg);
+}
+
+function slaTtft(s: Sla): string {
+  return s.ttft_ms_per_1k ? `${ms(s.ttft_ms)} + ${ms(s.ttft_ms_per_1k)}/1k` : ms(s.ttft_ms);
+}
+
+interface RunStats { run_id: string; scenario: string; policies: string[]; finished_at: string | null; stats: Record<string, number> }
+
+/** The tenant's figures in each stored replay, newest first. */
+function statsView(s: { runs?: RunStats[] }): HTMLElement {
+  const runs = s.runs ?? [];
+  if (!runs.length) return empty('No statistics yet', 'No finished replay includes this tenant yet.');
+  const n = (r: RunStats, k: string) => r.stats?.[k];
+  return h('div', { 'data-testid': 'tenant-stats' }, table(
+    ['Run', 'Scenario', 'Policy', 'Finished', 'Requests', 'Violations', 'TTFT p50 / p99', 'TPOT p50 / p99', 'Output'],
+    runs.map((r) => [
+      can('runs.read') ? link(`#/runs/${r.run_id}`, shortId(r.run_id)) : shortId(r.run_id), r.scenario, r.policies.join(', '),
+      when(r.finished_at), num(n(r, 'requests')), pct(n(r, 'violation_rate')),
+      `${ms(n(r, 'ttft_p50_ms'))} / ${ms(n(r, 'ttft_p99_ms'))}`, `${ms(n(r, 'tpot_p50_ms'))} / ${ms(n(r, 'tpot_p99_ms'))}`,
+      tokPerS(n(r, 'output_tokens_per_s')),
+    ]), 'tenant-runs'));
+}

@@ -1,0 +1,90 @@
+// Shapes of the control plane's REST API (/api/openapi.json is the authority; only the
+// fields the UI reads are typed, and every one is treated as possibly absent).
+
+export type Role = 'admin' | 'tenant' | 'analyst';
+export interface Me { role: Role; name: string; tenant_id: number | string | null }
+
+export type RunStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled' | 'interrupted';
+
+export interface Run {
+  id: string | number;
+  kind: 'replay' | 'sweep';
+  scenario: string;
+  policies: string[];
+  status: RunStatus;
+  progress: number;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  error: string | null;
+  summary: Summary | SweepReport | null;
+}
+
+export interface Page<T> { items: T[]; next_cursor: string | null }
+
+export interface TenantStats {
+  name: string; model: string; gpus: number[]; requests: number; completed: number; dropped: number;
+  violation_rate: number; prompt_tokens_per_s: number; output_tokens_per_s: number;
+  ttft_p50_ms: number; ttft_p90_ms: number; ttft_p99_ms: number;
+  tpot_p50_ms: number; tpot_p90_ms: number; tpot_p99_ms: number;
+  sla_ttft_ms: number; sla_ttft_ms_per_1k: number; sla_tpot_ms: number; preemptions: number;
+}
+
+export interface GpuStats {
+  gpu: number; sku: string; busy_fraction: number; busy_s: number; idle_gaps: number;
+  idle_gap_p50_ms: number; idle_gap_p90_ms: number; idle_gap_p99_ms: number;
+  peak_memory_gb: number; capacity_gb: number; oom_events: number; ops: number; guest_busy_s: number;
+  gap_histogram: { count: number[]; idle_ns: number[] };
+}
+
+export interface Summary {
+  policy: string; scenario: string; requests: number; completed: number; dropped: number;
+  violation_rate: number; duration_s: number; prompt_tokens_per_s: number; output_tokens_per_s: number;
+  ttft_p50_ms: number; ttft_p90_ms: number; ttft_p99_ms: number;
+  tpot_p50_ms: number; tpot_p90_ms: number; tpot_p99_ms: number;
+  oom_events: number; op_events: number; gpu_busy_fraction: number;
+  scheduling?: { borrowed_ops: number; transfers: number; transfer_gb: number; decisions: number };
+  tenants: TenantStats[]; gpus: GpuStats[];
+}
+
+export interface SweepReport {
+  scenario: string;
+  results: { policy: string; target: number; rate_scale: number; prompt_tokens_per_s: number;
+    output_tokens_per_s: number; violation_rate: number; oom_events: number; status?: string }[];
+  ratios: { policy: string; target: number; goodput_vs_dedicated: number | null }[];
+  points: { policy: string; rate_scale: number; violation_rate: number; prompt_tokens_per_s: number;
+    output_tokens_per_s: number; oom_events: number }[];
+}
+
+export interface Series {
+  bucket_s: number;
+  prompt_tokens: number[]; output_tokens: number[]; completed: number[]; violations: number[];
+  gpu_busy_ns: number[][];
+}
+
+export interface RequestRow {
+  id: number; tenant: string; arrival_ns: number; prompt_tokens: number; output_tokens: number;
+  ttft_ms: number | null; tpot_ms: number | null; violated: boolean; dropped: string | null;
+}
+
+/** `gpus`: the run's GPU indices (older answers gave a count). */
+export interface TimelineMeta { from_ns: number; to_ns: number; ops: number; gpus: number[] | number; tenants: string[] }
+
+export interface OpsColumns {
+  gpu: number[]; start_ns: number[]; end_ns: number[]; tenant: number[]; kind: (string | number)[];
+  layer: number[]; predicted_ns: number[]; transfer_ns: number[]; borrowed: (boolean | number)[];
+  prefill_tokens: number[]; decodes: number[]; kinds?: string[];
+}
+
+export interface BucketColumns { gpu: number[]; t0_ns: number[]; busy_ns: number[]; tenant_busy_ns: number[][] }
+
+export type TimelineWindow =
+  | { mode: 'ops'; ops: OpsColumns }
+  | { mode: 'buckets'; bucket_ns: number; buckets: BucketColumns };
+
+export interface Tenant { id: number | string; name: string; model?: string; created_at?: string; sla?: Sla | null }
+export interface Sla { ttft_ms: number; ttft_ms_per_1k?: number; tpot_ms: number; version?: number;
+  changed_by?: string; changed_at?: string }
+export interface Plugin { id: number | string; name: string; version: string; state: string; sha256_hex?: string;
+  interface_version?: string; uploaded_by?: string; created_at?: string; size_bytes?: number; builtin?: boolean }
+export type Scenario = string | { name: string };
