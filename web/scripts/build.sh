@@ -13,7 +13,10 @@ if ! command -v npm >/dev/null; then
 fi
 # npm ci only when the lockfile changed since the last install: it wipes node_modules.
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund --loglevel=error
+  # npm 11's `ci` refuses the lockfile when a registry lacks an optional, other-platform
+  # dependency (vite's Windows-only napi-windows-process-start-time is absent from some
+  # mirrors, so no lockfile can list it); `install` then installs the same locked tree.
+  npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error
 fi
 npm run --silent build
 echo "web: built into web/dist"
