@@ -8,7 +8,7 @@
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use slicesched_report::search::{next_step, Outcome, Points, SearchOpts, Step};
-use slicesched_report::{SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
+use slicesched_report::{SweepPoint, SweepReport, SweepResult, SweepTiming};
 use slicesched_sim::{ReplayOptions, Scenario};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -314,14 +314,7 @@ fn build_report(
             });
         }
     }
-    let ratios = results
-        .iter()
-        .map(|r| {
-            let base = results.iter().find(|d| d.policy == "dedicated" && d.target == r.target).map(|d| d.rate_scale);
-            let goodput_vs_dedicated = base.filter(|b| *b > 0.0).map(|b| r.rate_scale / b);
-            SweepRatio { policy: r.policy.clone(), target: r.target, goodput_vs_dedicated }
-        })
-        .collect();
+    let ratios = slicesched_report::goodput_ratios(&results);
     let points: Vec<SweepPoint> = policies
         .iter()
         .zip(per_policy)

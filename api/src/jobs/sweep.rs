@@ -5,7 +5,7 @@
 use super::replay::replay_blocking;
 use super::{succeed, Ctx, Inner, Outcome};
 use slicesched_report::search::{search, Outcome as Found, Points, SearchOpts};
-use slicesched_report::{SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
+use slicesched_report::{SweepPoint, SweepReport, SweepResult, SweepTiming};
 use slicesched_sim::ReplayOptions;
 use std::sync::Arc;
 use std::time::Instant;
@@ -96,14 +96,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             measured.sort_by(|a, b| a.rate_scale.total_cmp(&b.rate_scale));
             points_out.extend(measured);
         }
-        let ratios = results
-            .iter()
-            .map(|r| {
-                let base = results.iter().find(|d| d.policy == "dedicated" && d.target == r.target);
-                let goodput_vs_dedicated = base.map(|b| b.rate_scale).filter(|b| *b > 0.0).map(|b| r.rate_scale / b);
-                SweepRatio { policy: r.policy.clone(), target: r.target, goodput_vs_dedicated }
-            })
-            .collect();
+        let ratios = slicesched_report::goodput_ratios(&results);
         let replay_wall_s = points_out.iter().map(|p| p.wall_s).sum();
         Ok(Some(SweepReport {
             scenario: scenario.spec.name.clone(),

@@ -6,7 +6,9 @@ mod sweep;
 mod table;
 
 pub use plots::{write_plots, PlotError};
-pub use sweep::{write_sweep, write_sweep_plot, SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming};
+pub use sweep::{
+    goodput_ratios, write_sweep, write_sweep_plot, SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming,
+};
 pub use table::{summary_table, sweep_table};
 
 use slicesched_sim::ReplayResult;

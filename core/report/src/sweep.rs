@@ -30,6 +30,19 @@ pub struct SweepRatio {
     pub goodput_vs_dedicated: Option<f64>,
 }
 
+/// Each result's goodput relative to `dedicated` at the same target (what the CLI's and
+/// the control plane's sweeps both report).
+pub fn goodput_ratios(results: &[SweepResult]) -> Vec<SweepRatio> {
+    results
+        .iter()
+        .map(|r| {
+            let base = results.iter().find(|d| d.policy == "dedicated" && d.target == r.target).map(|d| d.rate_scale);
+            let goodput_vs_dedicated = base.filter(|b| *b > 0.0).map(|b| r.rate_scale / b);
+            SweepRatio { policy: r.policy.clone(), target: r.target, goodput_vs_dedicated }
+        })
+        .collect()
+}
+
 /// One replay of the sweep.
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepPoint {
