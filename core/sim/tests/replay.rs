@@ -6,39 +6,12 @@ use slicesched_cost::{CostModel, CpuOverhead, DeviceCtx};
 use slicesched_model::{IterationBatch, ModelConfig, PrefillItem};
 use slicesched_sim::ReplayOptions;
 
-const TWO_TENANTS: &str = r#"
-name = "two"
-seed = 11
-duration_s = 40
-[cluster]
-[[cluster.nodes]]
-gpu = "A100-80GB"
-gpus = 3
-[[tenants]]
-name = "a"
-model = "llama-2-7b"
-gpus = [0]
-sla = { ttft_ms = 500, ttft_ms_per_1k = 200, tpot_ms = 50 }
-trace = { kind = "poisson", rate = 3.0 }
-[[tenants]]
-name = "b"
-model = "mistral-7b"
-gpus = [1, 2]
-sla = { ttft_ms = 500, tpot_ms = 50 }
-trace = { kind = "gamma", rate = 2.0, cv = 4.0 }
-"#;
-
 #[test]
 fn same_inputs_same_result_bit_for_bit() {
     let scn = scenario(TWO_TENANTS);
     let a = run(&scn, ReplayOptions::default());
     let b = run(&scn, ReplayOptions::default());
-    let strip = |r: &slicesched_sim::ReplayResult| {
-        let mut v = serde_json::to_value(&r.summary).unwrap();
-        v.as_object_mut().unwrap().remove("timing");
-        v
-    };
-    assert_eq!(strip(&a), strip(&b));
+    assert_eq!(without_timing(&a.summary), without_timing(&b.summary));
     assert_eq!(serde_json::to_string(&a.records).unwrap(), serde_json::to_string(&b.records).unwrap());
     assert_eq!(serde_json::to_string(&a.series).unwrap(), serde_json::to_string(&b.series).unwrap());
     assert!(a.summary.op_events > 10_000, "the scenario should do real work");

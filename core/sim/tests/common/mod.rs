@@ -29,3 +29,33 @@ pub fn run(scn: &Scenario, opts: ReplayOptions) -> ReplayResult {
 pub fn checked() -> ReplayOptions {
     ReplayOptions { check_dependencies: true, ..Default::default() }
 }
+
+/// Two tenants on three A100s (one of them TP 2), 40 s of Poisson and bursty load.
+pub const TWO_TENANTS: &str = r#"
+name = "two"
+seed = 11
+duration_s = 40
+[cluster]
+[[cluster.nodes]]
+gpu = "A100-80GB"
+gpus = 3
+[[tenants]]
+name = "a"
+model = "llama-2-7b"
+gpus = [0]
+sla = { ttft_ms = 500, ttft_ms_per_1k = 200, tpot_ms = 50 }
+trace = { kind = "poisson", rate = 3.0 }
+[[tenants]]
+name = "b"
+model = "mistral-7b"
+gpus = [1, 2]
+sla = { ttft_ms = 500, tpot_ms = 50 }
+trace = { kind = "gamma", rate = 2.0, cv = 4.0 }
+"#;
+
+/// A summary as JSON without `timing`, the only part that differs between identical runs.
+pub fn without_timing(s: &slicesched_sim::Summary) -> serde_json::Value {
+    let mut v = serde_json::to_value(s).unwrap();
+    v.as_object_mut().unwrap().remove("timing");
+    v
+}
