@@ -107,6 +107,7 @@ fn bare_call(pol: &mut dyn Policy, calls: u32) -> f64 {
         tenants: &[],
         instances: &[],
         group_links: &[],
+        epoch: slicesched_policy::new_epoch(),
     };
     let mut out = Vec::new();
     let t = Instant::now();

@@ -89,6 +89,27 @@ impl OpKind {
         matches!(self, OpKind::QkvProj | OpKind::OProj | OpKind::GateUpProj | OpKind::DownProj | OpKind::LmHead)
     }
 
+    /// Norms, rope, residual adds and activations: one pass over an activation, no
+    /// matmul, no collective.
+    pub fn is_elementwise(self) -> bool {
+        matches!(
+            self,
+            OpKind::InputNorm
+                | OpKind::Rope
+                | OpKind::ResidualAdd
+                | OpKind::PostAttnNorm
+                | OpKind::Activation
+                | OpKind::FinalNorm
+        )
+    }
+
+    /// Where this op runs follows from where its input was produced: elementwise ops
+    /// and collectives run with their producer, attention with its KV cache. Only the
+    /// others (the weight GEMMs, embedding, LM head) have a real choice of GPU.
+    pub fn follows_producer(self) -> bool {
+        self.is_elementwise() || self.is_collective() || self == OpKind::Attention
+    }
+
     pub fn is_collective(self) -> bool {
         matches!(self, OpKind::AllReduce | OpKind::AllGather)
     }

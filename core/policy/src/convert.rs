@@ -7,8 +7,21 @@ use slicesched_hw::LinkKind;
 use slicesched_model::OpKind;
 use slicesched_plugin_sdk as sdk;
 
-/// Refills `out` from `view`.
-pub fn fill_view(view: &View<'_>, out: &mut sdk::View) {
+/// Refills `out` from `view`: the run-constant part only when `view`'s epoch differs
+/// from `*epoch` (which it then records), the rest always. On a replay's decisions that
+/// spares copying the deployment and the `groups × groups` links every time.
+/// `instances`: refill the engine instances too (`admit` and `route`); `place` keeps
+/// those of the last `admit` or `route`, as a Wasm plugin's SDK does.
+pub fn fill_view(view: &View<'_>, out: &mut sdk::View, epoch: &mut u64, instances: bool) {
+    fill_dynamic(view, out, instances);
+    if *epoch != view.epoch || view.epoch == 0 {
+        fill_static(view, out);
+        *epoch = view.epoch;
+    }
+}
+
+/// What changes between decisions: the clock, GPUs, tenants, and instances if asked.
+pub fn fill_dynamic(view: &View<'_>, out: &mut sdk::View, instances: bool) {
     out.now_ns = view.now_ns;
     out.gpus.clear();
     out.gpus.extend(
@@ -25,8 +38,14 @@ pub fn fill_view(view: &View<'_>, out: &mut sdk::View) {
         slack_ns: t.slack_ns,
         tpot_target_ns: t.tpot_target_ns,
     }));
-    out.instances.clear();
-    out.instances.extend(view.instances.iter().map(instance));
+    if instances {
+        out.instances.clear();
+        out.instances.extend(view.instances.iter().map(instance));
+    }
+}
+
+/// The run-constant part: homes and replicas, groups, links.
+pub fn fill_static(view: &View<'_>, out: &mut sdk::View) {
     out.homes.clear();
     out.homes.extend(view.deployment.homes.iter().map(|h| sdk::Home {
         tenant: h.tenant.0,
@@ -111,5 +130,50 @@ pub fn replica_mode(m: sdk::ReplicaMode) -> ReplicaMode {
         sdk::ReplicaMode::Weights => ReplicaMode::Weights,
         sdk::ReplicaMode::Serving => ReplicaMode::Serving,
         sdk::ReplicaMode::Both => ReplicaMode::Both,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slicesched_gmg::Deployment;
+    use slicesched_hw::{Cluster, GpuId};
+
+    fn view<'a>(cluster: &'a Cluster, dep: &'a Deployment, epoch: u64) -> View<'a> {
+        View {
+            now_ns: 7,
+            cluster,
+            deployment: dep,
+            gpu_busy_until: &[1, 2],
+            gpu_queued_ns: &[0, 0],
+            gpu_owner_need_ns: &[u64::MAX, 3],
+            tenants: &[],
+            instances: &[],
+            group_links: &[],
+            epoch,
+        }
+    }
+
+    #[test]
+    fn the_run_constant_part_is_copied_once_per_epoch() {
+        let cluster = Cluster::uniform("A100-80GB", 2).unwrap();
+        let mut one = Deployment::default();
+        one.group_for(&[GpuId(0)]);
+        let mut two = one.clone();
+        two.group_for(&[GpuId(1)]);
+        let (mut out, mut epoch) = (sdk::View::default(), 0);
+        let first = crate::new_epoch();
+        fill_view(&view(&cluster, &one, first), &mut out, &mut epoch, true);
+        assert_eq!((out.groups.len(), epoch, out.gpus.len()), (1, first, 2));
+        // Same epoch: the static part is trusted to be unchanged (the caller's promise),
+        // the dynamic part is refreshed.
+        fill_view(&view(&cluster, &two, first), &mut out, &mut epoch, true);
+        assert_eq!(out.groups.len(), 1);
+        assert_eq!(out.gpus[1].owner_need_ns, 3);
+        // A new epoch, or epoch 0 (unknown), copies it again.
+        fill_view(&view(&cluster, &two, crate::new_epoch()), &mut out, &mut epoch, true);
+        assert_eq!(out.groups.len(), 2);
+        fill_view(&view(&cluster, &one, 0), &mut out, &mut epoch, false);
+        assert_eq!(out.groups.len(), 1);
     }
 }

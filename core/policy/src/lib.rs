@@ -102,6 +102,17 @@ pub struct View<'a> {
     pub instances: &'a [InstanceView],
     /// Links between groups, row-major `groups × groups` (first GPU to first GPU).
     pub group_links: &'a [slicesched_hw::Link],
+    /// Names the run-constant part (cluster, deployment, links): two views with the
+    /// same epoch have the same. Adapters copy that part into a policy's terms only
+    /// when the epoch changes, not per decision (see [`new_epoch`]).
+    pub epoch: u64,
+}
+
+/// A fresh epoch, for a view whose cluster, deployment or links are new.
+pub fn new_epoch() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl View<'_> {

@@ -15,12 +15,22 @@ pub struct Native<P> {
     ready: Vec<sdk::ReadyOp>,
     out: Vec<sdk::Placement>,
     instances: Vec<sdk::Instance>,
+    /// Epoch of the run-constant part held in `view`.
+    epoch: u64,
 }
 
 impl<P: sdk::Policy> Native<P> {
     pub fn new(policy: P) -> Self {
         let info = policy.info();
-        Self { policy, info, view: sdk::View::default(), ready: Vec::new(), out: Vec::new(), instances: Vec::new() }
+        Self {
+            policy,
+            info,
+            view: sdk::View::default(),
+            ready: Vec::new(),
+            out: Vec::new(),
+            instances: Vec::new(),
+            epoch: 0,
+        }
     }
 }
 
@@ -30,7 +40,7 @@ impl<P: sdk::Policy + Send> Policy for Native<P> {
     }
 
     fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
-        fill_view(view, &mut self.view);
+        fill_view(view, &mut self.view, &mut self.epoch, false);
         self.ready.clear();
         self.ready.extend(ready.iter().map(ready_op));
         self.out.clear();
@@ -61,12 +71,12 @@ impl<P: sdk::Policy + Send> Policy for Native<P> {
     }
 
     fn admit(&mut self, view: &View<'_>, inst: &InstanceView) -> bool {
-        fill_view(view, &mut self.view);
+        fill_view(view, &mut self.view, &mut self.epoch, true);
         self.policy.admit(&self.view, &instance(inst)).unwrap_or(inst.inflight == 0)
     }
 
     fn route(&mut self, view: &View<'_>, instances: &[InstanceView]) -> usize {
-        fill_view(view, &mut self.view);
+        fill_view(view, &mut self.view, &mut self.epoch, true);
         self.instances.clear();
         self.instances.extend(instances.iter().map(instance));
         self.policy.route(&self.view, &self.instances).map_or(0, |k| k as usize)

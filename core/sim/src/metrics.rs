@@ -249,6 +249,9 @@ pub struct Scheduling {
     /// Policy calls (each with a batch of ready ops).
     pub decisions: u64,
     pub placements: u64,
+    /// Ops the core placed with their producer (elementwise, collectives, attention),
+    /// without asking the policy.
+    pub followed_ops: u64,
     /// Ops that ran away from their home group.
     pub borrowed_ops: u64,
     pub transfers: u64,

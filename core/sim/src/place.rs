@@ -20,6 +20,7 @@ macro_rules! view {
             tenants: &$s.tenant_views,
             instances: &$s.inst_views,
             group_links: &$s.group_links,
+            epoch: $s.epoch,
         }
     };
 }
@@ -64,6 +65,11 @@ pub(crate) struct PlaceStats {
     pub guest_bytes: Vec<u64>,
     /// Per op slot: guest bytes to release when it ends (inputs copied in, output).
     pub op_guest: Vec<u64>,
+    /// Per op slot: the priority its placement was given (before the owner boost), for
+    /// the ops that follow it.
+    pub op_prio: Vec<i32>,
+    /// Ops the core placed with their producer (no policy call).
+    pub followed: u64,
 }
 
 impl PlaceStats {
@@ -142,11 +148,13 @@ impl Sim<'_> {
     }
 
     /// Asks the policy, validates its answer, and queues every ready op somewhere safe.
-    pub(crate) fn place(&mut self, ready: &[OpId]) {
+    /// `producer`: the op whose end made `ready` ready (None at an iteration's launch).
+    pub(crate) fn place(&mut self, ready: &[OpId], producer: Option<OpId>) {
         if ready.is_empty() {
             return;
         }
         self.ready_view.clear();
+        self.followers.clear();
         for &op in ready {
             let n = self.gmg.op(op);
             let (mut input_group, mut input_bytes) = (None, 0);
@@ -160,7 +168,7 @@ impl Sim<'_> {
             let it = self.iter_of(op);
             let b = self.insts[it.inst as usize].engine.batch(it.batch);
             let (prefill_tokens, decodes) = (b.prefills.iter().map(|p| p.chunk).sum(), b.decodes.len() as u32);
-            self.ready_view.push(ReadyOp {
+            let r = ReadyOp {
                 op,
                 tenant: n.tenant,
                 kind: n.kind,
@@ -174,7 +182,18 @@ impl Sim<'_> {
                 instance: it.inst,
                 prefill_tokens,
                 decodes,
-            });
+            };
+            if self.opts.follow_producer && r.kind.follows_producer() && producer.is_some() {
+                self.followers.push(r);
+            } else {
+                self.ready_view.push(r);
+            }
+        }
+        if let Some(p) = producer {
+            self.follow(p);
+        }
+        if self.ready_view.is_empty() {
+            return;
         }
         // A decision batch is the view, the policy call and the core's checks (what-ifs
         // included). Timing every one would cost more than many decisions: sample 1/64.
@@ -231,6 +250,34 @@ impl Sim<'_> {
                 rejected: (self.rec.rejected_total - rejected0) as u32,
             });
         }
+    }
+
+    /// Places the ops made ready by `producer`'s end that have no real choice of GPU
+    /// ([`OpKind::follows_producer`]) where it ran, with its priority, unless an
+    /// invariant refuses it there (then home: attention always goes home this way). A
+    /// norm, an add or an activation reads one activation and multiplies nothing:
+    /// moving it away from its input costs a copy longer than the kernel, and serving
+    /// stacks fuse such kernels into their neighbours; a collective runs where its
+    /// sharded matmul ran. Policies decide the ops with weights to place (GEMMs,
+    /// embedding, LM head); not asking them about the rest cuts a replay's policy calls
+    /// by about two thirds (README, Wasm figures).
+    fn follow(&mut self, producer: OpId) {
+        if self.followers.is_empty() {
+            return;
+        }
+        let group = self.gmg.op(producer).group.expect("a finished op ran somewhere");
+        let prio = self.stats.op_prio.get(producer.raw() as usize).copied().unwrap_or(0);
+        let followers = std::mem::take(&mut self.followers);
+        for r in &followers {
+            let c = self.costs(r.op, group);
+            let (group, c) = match self.check(r, group, &c) {
+                None => (group, c),
+                Some(_) => (r.home, self.costs(r.op, r.home)),
+            };
+            self.stats.followed += 1;
+            self.commit(r, group, prio, c);
+        }
+        self.followers = followers;
     }
 
     /// What running `op` on `group` costs, computed once per placement and shared by
@@ -367,6 +414,11 @@ impl Sim<'_> {
     fn commit(&mut self, r: &ReadyOp, group: GroupId, priority: i32, c: Costs) {
         self.gmg.place(r.op, group);
         self.stats.placed += 1;
+        let slot = r.op.raw() as usize;
+        if self.stats.op_prio.len() <= slot {
+            self.stats.op_prio.resize(slot + 1, 0);
+        }
+        self.stats.op_prio[slot] = priority;
         let owner = self.dev.queues[self.dev.queue_of(group, r.tenant)].owners.contains(&r.tenant);
         let prio = priority.clamp(-OWNER_BOOST + 1, OWNER_BOOST - 1) + if owner { OWNER_BOOST } else { 0 };
         let Costs { xfer_ns: ns, xfer_bytes: bytes, dur } = c;

@@ -31,6 +31,10 @@ pub struct ReplayOptions {
     /// Set from another thread to stop the replay at the next progress report; the
     /// result then says `cancelled` and covers the replay up to that point.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// The core places the ops with no real choice of GPU (elementwise ops,
+    /// collectives, attention) with the op that produced their input instead of asking
+    /// the policy (see `Sim::follow`). Off: the policy is asked about every op.
+    pub follow_producer: bool,
 }
 
 impl Default for ReplayOptions {
@@ -43,6 +47,7 @@ impl Default for ReplayOptions {
             record_ops: None,
             sample_decisions_every: 0,
             cancel: None,
+            follow_producer: true,
         }
     }
 }
@@ -109,6 +114,8 @@ pub(crate) struct IterRt {
 
 pub(crate) struct Sim<'a> {
     pub scn: &'a Scenario,
+    /// The views' epoch: the scenario's deployment and links do not change in a replay.
+    pub epoch: u64,
     pub cost: &'a CostModel,
     pub policy: &'a mut dyn Policy,
     pub opts: ReplayOptions,
@@ -144,6 +151,8 @@ pub(crate) struct Sim<'a> {
     pub freed: Vec<(OpId, u64)>,
     pub closed: Vec<(usize, u64)>,
     pub ready_view: Vec<ReadyOp>,
+    /// Ready ops placed with their producer (not offered to the policy).
+    pub followers: Vec<ReadyOp>,
     pub placements: Vec<Placement>,
     pub seq_events: Vec<SeqEvent>,
     pub busy_until: Vec<u64>,
@@ -244,6 +253,7 @@ pub fn replay(
         freed: Vec::new(),
         closed: Vec::new(),
         ready_view: Vec::new(),
+        followers: Vec::new(),
         placements: Vec::new(),
         seq_events: Vec::new(),
         busy_until: vec![0; n_gpus],
@@ -255,6 +265,7 @@ pub fn replay(
             gs.iter().flat_map(|a| gs.iter().map(|b| scn.cluster.link(a.gpus[0], b.gpus[0]))).collect()
         },
         inst_views: Vec::new(),
+        epoch: slicesched_policy::new_epoch(),
         rec,
         cancelled: false,
     };
@@ -457,7 +468,7 @@ impl Sim<'_> {
             Some(IterRt { inst: inst as u32, batch, dag, new_prompt_tokens, serial: self.iterations });
         self.iterations += 1;
         let ready = std::mem::take(&mut self.ready);
-        self.place(&ready);
+        self.place(&ready, None);
         self.ready = ready;
     }
 
@@ -494,7 +505,7 @@ impl Sim<'_> {
             self.free_output(p, bytes);
         }
         let ready = std::mem::take(&mut self.ready);
-        self.place(&ready);
+        self.place(&ready, Some(op));
         self.ready = ready;
         if done {
             self.complete_iteration(iter);

@@ -154,6 +154,7 @@ impl Sim<'_> {
             scheduling: Scheduling {
                 decisions: self.stats.decisions,
                 placements: self.stats.placed,
+                followed_ops: self.stats.followed,
                 borrowed_ops: self.stats.borrowed,
                 transfers: self.stats.transfers,
                 transfer_gb: self.stats.transfer_bytes as f64 / 1e9,

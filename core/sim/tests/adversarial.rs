@@ -116,10 +116,13 @@ trace = {{ kind = "poisson", rate = {rate} }}
     )
 }
 
-fn check(policy: &mut dyn Policy, seed: u64, rate: f64, gpu: &str) -> Result<(), TestCaseError> {
+/// `follow`: whether the core places ops with no choice of GPU itself; off, the hostile
+/// policy gets to answer for attention and the rest too.
+fn check(policy: &mut dyn Policy, seed: u64, rate: f64, gpu: &str, follow: bool) -> Result<(), TestCaseError> {
     let base = scenario(&scenario_text(seed, rate, gpu));
     let scn = plan(&base, policy.replicas()).expect("planner");
-    let r = replay(&scn, policy, slicesched_cost::CostModel::default_a100(), checked(), &mut |_| {});
+    let opts = slicesched_sim::ReplayOptions { follow_producer: follow, ..checked() };
+    let r = replay(&scn, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |_| {});
     prop_assert_eq!(r.dependency_violations, 0);
     prop_assert_eq!(r.summary.oom_events, 0);
     for g in &r.summary.gpus {
@@ -140,15 +143,16 @@ proptest! {
         seed in 0u64..10_000,
         rate in 1.0f64..8.0,
         serving in any::<bool>(),
+        follow in any::<bool>(),
         gpu in prop::sample::select(vec!["H100-80GB", "A100-80GB", "L40S"]),
     ) {
         let mode = if serving { ReplicaMode::Serving } else { ReplicaMode::Weights };
-        check(&mut Chaos { state: seed | 1, mode }, seed, rate, gpu)?;
+        check(&mut Chaos { state: seed | 1, mode }, seed, rate, gpu, follow)?;
     }
 
     #[test]
-    fn hostile_hogging_never_breaks_invariants(seed in 0u64..10_000, rate in 1.0f64..8.0) {
-        check(&mut Hog, seed, rate, "H100-80GB")?;
+    fn hostile_hogging_never_breaks_invariants(seed in 0u64..10_000, rate in 1.0f64..8.0, follow in any::<bool>()) {
+        check(&mut Hog, seed, rate, "H100-80GB", follow)?;
     }
 }
 
@@ -157,9 +161,11 @@ fn rejections_are_counted_with_reasons() {
     let base = scenario(&scenario_text(5, 4.0, "H100-80GB"));
     let mut p = Chaos { state: 99, mode: ReplicaMode::Weights };
     let scn = plan(&base, p.replicas()).unwrap();
-    let r = replay(&scn, &mut p, slicesched_cost::CostModel::default_a100(), checked(), &mut |_| {});
+    // Every op offered, so that attention is too.
+    let opts = slicesched_sim::ReplayOptions { follow_producer: false, ..checked() };
+    let r = replay(&scn, &mut p, slicesched_cost::CostModel::default_a100(), opts, &mut |_| {});
     let reasons: Vec<&str> = r.summary.rejected_placements.iter().map(|(w, _)| w.as_str()).collect();
-    for expected in ["no such GPU group", "op left unplaced", "op placed twice"] {
+    for expected in ["no such GPU group", "op left unplaced", "op placed twice", "attention away from its KV cache"] {
         assert!(reasons.contains(&expected), "missing `{expected}` in {reasons:?}");
     }
     assert!(!r.summary.scheduling.replicas.is_empty(), "the planner placed replicas");

@@ -3,24 +3,31 @@
 use crate::bindings::wit;
 use slicesched_plugin_sdk as sdk;
 
-/// Refills `out` with what changes between decisions (vectors keep their capacity).
-pub fn fill(v: &sdk::View, out: &mut wit::View) {
+/// Refills `out` with what changes between decisions, straight from the core's view
+/// (vectors keep their capacity). `instances`: send the engine instances too (`admit`,
+/// `route`); for `place` the list goes empty, lowering it per op decision was a fifth
+/// of a replay's time (RATIONALE.md).
+pub fn fill(v: &slicesched_policy::View<'_>, out: &mut wit::View, instances: bool) {
     out.now_ns = v.now_ns;
     out.gpus.clear();
-    out.gpus.extend(v.gpus.iter().map(|g| wit::Gpu {
-        busy_until_ns: g.busy_until_ns,
-        queued_ns: g.queued_ns,
-        owner_need_ns: g.owner_need_ns,
-    }));
+    out.gpus.extend(
+        v.gpu_busy_until.iter().zip(v.gpu_queued_ns).zip(v.gpu_owner_need_ns).map(|((&b, &q), &o)| wit::Gpu {
+            busy_until_ns: b,
+            queued_ns: q,
+            owner_need_ns: o,
+        }),
+    );
     out.tenants.clear();
     out.tenants.extend(v.tenants.iter().map(|t| wit::Tenant {
-        home: t.home,
+        home: t.home.0,
         layers: t.layers,
         slack_ns: t.slack_ns,
         tpot_target_ns: t.tpot_target_ns,
     }));
     out.instances.clear();
-    out.instances.extend(v.instances.iter().map(instance));
+    if instances {
+        out.instances.extend(v.instances.iter().map(|i| instance(&slicesched_policy::convert::instance(i))));
+    }
 }
 
 /// The run-constant part of `v`, for `configure`.

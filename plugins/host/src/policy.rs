@@ -8,7 +8,7 @@ use crate::{convert, PluginOptions};
 use slicesched_gmg::GroupId;
 use slicesched_model::OpKind;
 use slicesched_plugin_sdk as sdk;
-use slicesched_policy::convert::{fill_view, ready_op, replica_mode};
+use slicesched_policy::convert::{fill_static, ready_op, replica_mode};
 use slicesched_policy::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View};
 
 /// Failures kept for inspection (the count goes on past it).
@@ -39,14 +39,15 @@ pub struct WasmPolicy {
     sandbox: Option<Sandbox>,
     info: sdk::Info,
     stats: PluginStats,
-    // Buffers refilled per call.
+    // Buffers refilled per call (`sdk_view` holds only the run-constant part, for
+    // `configure`).
     sdk_view: sdk::View,
     view: wit::View,
     ready: Vec<wit::ReadyOp>,
     instances: Vec<wit::Instance>,
     seen: Vec<bool>,
-    /// The deployment the live instance was configured with (None: not yet).
-    configured: Option<sdk::View>,
+    /// Epoch of the deployment the live instance was configured with (None: not yet).
+    configured: Option<u64>,
 }
 
 impl WasmPolicy {
@@ -146,25 +147,17 @@ impl WasmPolicy {
 
     /// Refills the view for a call, configuring the instance first when the deployment
     /// is new to it. Err: the plugin failed (and is counted as such).
-    fn load_view(&mut self, view: &View<'_>) -> Result<(), ()> {
-        fill_view(view, &mut self.sdk_view);
-        convert::fill(&self.sdk_view, &mut self.view);
-        let v = &self.sdk_view;
-        let same =
-            self.configured.as_ref().is_some_and(|c| c.homes == v.homes && c.groups == v.groups && c.links == v.links);
-        if same {
+    fn load_view(&mut self, view: &View<'_>, instances: bool) -> Result<(), ()> {
+        convert::fill(view, &mut self.view, instances);
+        if view.epoch != 0 && self.configured == Some(view.epoch) {
             return Ok(());
         }
-        let d = convert::deployment(v);
+        fill_static(view, &mut self.sdk_view);
+        let d = convert::deployment(&self.sdk_view);
         let Some(s) = armed(&mut self.sandbox, &mut self.stats) else { return Err(()) };
         match s.plugin.slicesched_policy_policy().call_configure(&mut s.store, &d) {
             Ok(Ok(())) => {
-                let v = &self.sdk_view;
-                let mut c = sdk::View::default();
-                c.homes.clone_from(&v.homes);
-                c.groups.clone_from(&v.groups);
-                c.links.clone_from(&v.links);
-                self.configured = Some(c);
+                self.configured = Some(view.epoch);
                 Ok(())
             }
             Ok(Err(message)) => {
@@ -241,7 +234,7 @@ impl Policy for WasmPolicy {
             self.stats.fallback_decisions += 1;
             return fallback(ready, out);
         }
-        if self.load_view(view).is_err() {
+        if self.load_view(view, false).is_err() {
             return fallback(ready, out);
         }
         self.ready.clear();
@@ -289,7 +282,7 @@ impl Policy for WasmPolicy {
             self.stats.fallback_decisions += 1;
             return safe;
         }
-        if self.load_view(view).is_err() {
+        if self.load_view(view, true).is_err() {
             return safe;
         }
         let wi = convert::instance(&slicesched_policy::convert::instance(inst));
@@ -316,7 +309,7 @@ impl Policy for WasmPolicy {
             self.stats.fallback_decisions += 1;
             return 0;
         }
-        if self.load_view(view).is_err() {
+        if self.load_view(view, true).is_err() {
             return 0;
         }
         self.instances.clear();

@@ -6,19 +6,22 @@ mod common;
 
 use common::*;
 use slicesched_plugin_host::{Cause, PluginOptions, WasmPolicy};
+use slicesched_sim::ReplayOptions;
 
 const QUARANTINE_AFTER: u32 = 3;
 const FUEL: u64 = 20_000_000;
 
 /// Replays smoke under the hostile build `feature`; checks the run against the safe
-/// built-in's and returns the failures.
+/// built-in's and returns the failures. The plugin is offered every op, attention
+/// included (the core does not place any with its producer).
 fn hostile_replay(feature: &str) -> (Vec<Cause>, serde_json::Value) {
     let scn = scenario("smoke", Some(20.0));
+    let every_op = || ReplayOptions { follow_producer: false, ..Default::default() };
     let mut base = slicesched_policy::builtin("dedicated").unwrap();
-    let baseline = run(&scn, base.as_mut());
+    let baseline = run_with(&scn, base.as_mut(), every_op());
     let opts = PluginOptions { fuel_per_call: FUEL, memory_cap_bytes: 32 << 20, quarantine_after: QUARANTINE_AFTER };
     let mut p = WasmPolicy::new(&hostile(feature), &opts).expect("a hostile plugin still loads");
-    let r = run(&scn, &mut p);
+    let r = run_with(&scn, &mut p, every_op());
     let s = p.stats();
     assert_eq!(s.failures, QUARANTINE_AFTER, "{feature}: {:?}", s.errors);
     assert!(s.quarantined, "{feature}");

@@ -74,7 +74,8 @@ impl<P: Policy> State<P> {
     }
 
     pub fn place(&mut self, view: wit::View, ready: Vec<wit::ReadyOp>) -> Result<Vec<wit::Placement>, String> {
-        self.load(view);
+        // The host sends no instances with `place`: the policy sees the last ones.
+        self.load(view, false);
         self.ready.clear();
         self.ready.extend(ready.into_iter().map(ready_op));
         self.out.clear();
@@ -83,18 +84,18 @@ impl<P: Policy> State<P> {
     }
 
     pub fn admit(&mut self, view: wit::View, inst: wit::Instance) -> Result<bool, String> {
-        self.load(view);
+        self.load(view, true);
         self.policy.admit(&self.view, &instance(inst))
     }
 
     pub fn route(&mut self, view: wit::View, instances: Vec<wit::Instance>) -> Result<u32, String> {
-        self.load(view);
+        self.load(view, true);
         self.instances.clear();
         self.instances.extend(instances.into_iter().map(instance));
         self.policy.route(&self.view, &self.instances)
     }
 
-    fn load(&mut self, v: wit::View) {
+    fn load(&mut self, v: wit::View, instances: bool) {
         let view = &mut self.view;
         view.now_ns = v.now_ns;
         view.gpus.clear();
@@ -110,8 +111,10 @@ impl<P: Policy> State<P> {
             slack_ns: t.slack_ns,
             tpot_target_ns: t.tpot_target_ns,
         }));
-        view.instances.clear();
-        view.instances.extend(v.instances.into_iter().map(instance));
+        if instances {
+            view.instances.clear();
+            view.instances.extend(v.instances.into_iter().map(instance));
+        }
     }
 }
 

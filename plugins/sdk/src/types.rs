@@ -170,7 +170,8 @@ pub struct View {
     /// Per GPU, by GPU index.
     pub gpus: Vec<Gpu>,
     pub tenants: Vec<Tenant>,
-    /// Engine instances; filled only for `admit` and `route`.
+    /// Engine instances: as of now in `admit` and `route`, as of the last of those in
+    /// `place` (the host does not send them per op decision).
     pub instances: Vec<Instance>,
     pub homes: Vec<Home>,
     /// Each group's GPU indices; a group's index is its id.

@@ -33,11 +33,19 @@ impl Policy for TimeSlice {
     fn place(&mut self, view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
         let slot = view.now_ns / self.quantum_ns.max(1);
         for (k, r) in ready.iter().enumerate() {
-            // Whose turn it is on the op's group: instances resident there, round robin.
-            let mut residents = view.instances.iter().filter(|i| i.group == r.home);
-            let n = residents.clone().count().max(1) as u64;
-            let turn = (slot % n) as usize;
-            let mine = residents.position(|i| i.index == r.instance) == Some(turn);
+            // Whose turn it is on the op's group: the engines resident there (serving
+            // copies of the deployment, one per tenant), round robin in the core's
+            // instance order (homes first, then by tenant). Read from the deployment,
+            // which every call has, not from `instances`, which `place` does not get.
+            let key = |h: &slicesched_plugin_sdk::Home| (!h.is_home, h.tenant);
+            let mut residents = view.homes.iter().filter(|h| h.serves && h.group == r.home);
+            let Some(me) = residents.clone().find(|h| h.tenant == r.tenant).map(key) else {
+                out.push(Placement { op: k as u32, group: r.home, priority: 0 });
+                continue;
+            };
+            let n = residents.clone().count() as u64;
+            let rank = residents.by_ref().filter(|h| key(h) < me).count() as u64;
+            let mine = slot % n == rank;
             out.push(Placement { op: k as u32, group: r.home, priority: if mine { 1 } else { 0 } });
         }
         Ok(())

@@ -49,8 +49,12 @@ pub fn scenario(name: &str, duration_s: Option<f64>) -> Scenario {
 }
 
 pub fn run(scn: &Scenario, pol: &mut dyn Policy) -> ReplayResult {
+    run_with(scn, pol, ReplayOptions::default())
+}
+
+pub fn run_with(scn: &Scenario, pol: &mut dyn Policy, opts: ReplayOptions) -> ReplayResult {
     let planned = slicesched_sim::plan(scn, pol.replicas()).unwrap();
-    replay(&planned, pol, CostModel::default_a100(), ReplayOptions::default(), &mut |_| {})
+    replay(&planned, pol, CostModel::default_a100(), opts, &mut |_| {})
 }
 
 /// The summary without its wall-clock figures.
