@@ -134,12 +134,15 @@ pub fn run(a: Args) -> Result<()> {
     let wasm_ns = bare_call(&mut template, a.calls);
     let mut native = slicesched_policy::Native::new(slicesched_plugin_template::Template);
     let native_ns = bare_call(&mut native, a.calls);
-    println!("bare call (template plugin, empty view and batch): wasm {wasm_ns:.0} ns, native {native_ns:.0} ns");
+    let fuel = template.stats().fuel_used / template.stats().calls.max(1);
+    println!(
+        "bare call (template plugin, empty view and batch): wasm {wasm_ns:.0} ns ({fuel} fuel), native {native_ns:.0} ns"
+    );
 
     let scn = load_scenario(&a.scenario, a.duration_s)?;
     let policies = crate::policies::resolve(&a.policy)?;
     println!(
-        "{:<10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>7} {:>13} {:>11} {:>9} {:>9}",
+        "{:<10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>7} {:>13} {:>11} {:>9} {:>9} {:>9}",
         "policy",
         "decisions",
         "native µs/d",
@@ -150,7 +153,8 @@ pub fn run(a: Args) -> Result<()> {
         "wasm dec/s",
         "ops/sim s",
         "identical",
-        "max fuel"
+        "max fuel",
+        "mean fuel"
     );
     let mut differ = Vec::new();
     for name in &policies {
@@ -163,7 +167,7 @@ pub fn run(a: Args) -> Result<()> {
             differ.push(name.clone());
         }
         println!(
-            "{:<10} {:>10} {:>12.2} {:>12.2} {:>10.2} {:>10.2} {:>7.2} {:>13.0} {:>11.0} {:>9} {:>9}",
+            "{:<10} {:>10} {:>12.2} {:>12.2} {:>10.2} {:>10.2} {:>7.2} {:>13.0} {:>11.0} {:>9} {:>9} {:>9.0}",
             name,
             wr.decisions,
             nr.policy_s * 1e6 / nr.decisions.max(1) as f64,
@@ -174,7 +178,12 @@ pub fn run(a: Args) -> Result<()> {
             wr.decisions as f64 / wr.policy_s.max(1e-9),
             wr.op_rate,
             if same { "yes" } else { "NO" },
-            w.stats().max_fuel
+            w.stats().max_fuel,
+            w.stats().fuel_used as f64 / w.stats().calls.max(1) as f64
+        );
+        println!(
+            "           {} admit/route calls besides the decisions (each lowers every instance)",
+            w.stats().calls.saturating_sub(wr.decisions)
         );
         if w.stats().failures > 0 {
             bail!("plugin `{name}` failed {} times: {:?}", w.stats().failures, w.stats().errors);

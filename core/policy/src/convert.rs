@@ -12,12 +12,15 @@ use slicesched_plugin_sdk as sdk;
 /// spares copying the deployment and the `groups × groups` links every time.
 /// `instances`: refill the engine instances too (`admit` and `route`); `place` keeps
 /// those of the last `admit` or `route`, as a Wasm plugin's SDK does.
-pub fn fill_view(view: &View<'_>, out: &mut sdk::View, epoch: &mut u64, instances: bool) {
+/// Returns whether it copied the run-constant part (the policy's `configure` is due).
+pub fn fill_view(view: &View<'_>, out: &mut sdk::View, epoch: &mut u64, instances: bool) -> bool {
     fill_dynamic(view, out, instances);
     if *epoch != view.epoch || view.epoch == 0 {
         fill_static(view, out);
         *epoch = view.epoch;
+        return true;
     }
+    false
 }
 
 /// What changes between decisions: the clock, GPUs, tenants, and instances if asked.

@@ -34,13 +34,28 @@ impl<P: sdk::Policy> Native<P> {
     }
 }
 
+impl<P: sdk::Policy> Native<P> {
+    /// Refills the view, configuring the policy when the deployment is new to it.
+    /// False: `configure` refused, so this call takes the safe answer (as the Wasm
+    /// host does) and the next one configures again.
+    fn load(&mut self, view: &View<'_>, instances: bool) -> bool {
+        if fill_view(view, &mut self.view, &mut self.epoch, instances) && self.policy.configure(&self.view).is_err() {
+            self.epoch = 0;
+            return false;
+        }
+        true
+    }
+}
+
 impl<P: sdk::Policy + Send> Policy for Native<P> {
     fn name(&self) -> &str {
         &self.info.name
     }
 
     fn place(&mut self, view: &View<'_>, ready: &[ReadyOp], out: &mut Vec<Placement>) {
-        fill_view(view, &mut self.view, &mut self.epoch, false);
+        if !self.load(view, false) {
+            return;
+        }
         self.ready.clear();
         self.ready.extend(ready.iter().map(ready_op));
         self.out.clear();
@@ -71,12 +86,16 @@ impl<P: sdk::Policy + Send> Policy for Native<P> {
     }
 
     fn admit(&mut self, view: &View<'_>, inst: &InstanceView) -> bool {
-        fill_view(view, &mut self.view, &mut self.epoch, true);
+        if !self.load(view, true) {
+            return inst.inflight == 0;
+        }
         self.policy.admit(&self.view, &instance(inst)).unwrap_or(inst.inflight == 0)
     }
 
     fn route(&mut self, view: &View<'_>, instances: &[InstanceView]) -> usize {
-        fill_view(view, &mut self.view, &mut self.epoch, true);
+        if !self.load(view, true) {
+            return 0;
+        }
         self.instances.clear();
         self.instances.extend(instances.iter().map(instance));
         self.policy.route(&self.view, &self.instances).map_or(0, |k| k as usize)

@@ -30,6 +30,8 @@ pub struct PluginStats {
     pub errors: Vec<PluginError>,
     /// Fuel the most expensive call used.
     pub max_fuel: u64,
+    /// Fuel all successful calls used (Wasm instructions, roughly).
+    pub fuel_used: u64,
 }
 
 /// A policy plugin loaded in the sandbox.
@@ -141,7 +143,9 @@ impl WasmPolicy {
 
     fn note_fuel(&mut self) {
         if let Some(s) = &self.sandbox {
-            self.stats.max_fuel = self.stats.max_fuel.max(s.fuel_used());
+            let used = s.fuel_used();
+            self.stats.max_fuel = self.stats.max_fuel.max(used);
+            self.stats.fuel_used += used;
         }
     }
 

@@ -70,7 +70,7 @@ impl<P: Policy> State<P> {
             latency_ns: l.latency_ns,
             bandwidth: l.bandwidth,
         }));
-        Ok(())
+        self.policy.configure(&self.view)
     }
 
     pub fn place(&mut self, view: wit::View, ready: Vec<wit::ReadyOp>) -> Result<Vec<wit::Placement>, String> {

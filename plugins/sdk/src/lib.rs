@@ -42,6 +42,12 @@ pub use types::*;
 #[cfg(feature = "guest")]
 pub mod guest;
 
+pub mod alloc;
+
+#[cfg(all(feature = "guest", target_family = "wasm"))]
+#[global_allocator]
+static ALLOCATOR: alloc::SizeClasses = alloc::SizeClasses::new();
+
 /// The WIT interface version this SDK implements.
 pub const INTERFACE_VERSION: &str = "0.1.0";
 
@@ -50,6 +56,14 @@ pub const INTERFACE_VERSION: &str = "0.1.0";
 pub trait Policy {
     /// Name, version and the core services the policy uses.
     fn info(&self) -> Info;
+
+    /// Called before the first decision and whenever the deployment (homes and
+    /// replicas, groups, links) changes, with the view holding it: precompute here what
+    /// depends only on it, so that each `place` does not redo it. An error fails the
+    /// decision that needed it (its ops go home).
+    fn configure(&mut self, _view: &View) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Places a batch of ready ops by pushing to `out` (which arrives empty). Ops left
     /// out run on their home group.

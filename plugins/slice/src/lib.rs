@@ -17,11 +17,14 @@ pub struct Slice {
     pub max_inflight: u32,
     /// Reused by `route` (the candidates it compares).
     candidates: Vec<Instance>,
+    /// Per tenant, every group holding some of its weights: (group, first layer, end
+    /// layer), from `configure`.
+    holders: Vec<Vec<(u32, u32, u32)>>,
 }
 
 impl Default for Slice {
     fn default() -> Self {
-        Self { max_inflight: 4, candidates: Vec::new() }
+        Self { max_inflight: 4, candidates: Vec::new(), holders: Vec::new() }
     }
 }
 
@@ -31,6 +34,18 @@ const SPARE_HORIZON_NS: u64 = 20_000_000;
 impl Policy for Slice {
     fn info(&self) -> Info {
         Info { replicas: ReplicaMode::Both, ..Info::new("slice", env!("CARGO_PKG_VERSION")) }
+    }
+
+    fn configure(&mut self, view: &View) -> Result<(), String> {
+        self.holders.iter_mut().for_each(Vec::clear);
+        for h in &view.homes {
+            let t = h.tenant as usize;
+            if self.holders.len() <= t {
+                self.holders.resize_with(t + 1, Vec::new);
+            }
+            self.holders[t].push((h.group, h.first_layer, h.end_layer));
+        }
+        Ok(())
     }
 
     fn route(&mut self, view: &View, instances: &[Instance]) -> Result<u32, String> {
@@ -66,22 +81,23 @@ impl Policy for Slice {
             let slack = (-(t.slack_ns / 1_000_000)).clamp(-1_000_000, 1_000_000) as i32;
             let priority = slack + if r.prefill_tokens == 0 { 2_000_000 } else { 0 };
             let mut best = (finish(view, r, r.home), r.home);
+            let holders = self.holders.get(r.tenant as usize).map_or(&[][..], Vec::as_slice);
             if r.kind != OpKind::Attention {
-                for h in view.homes.iter().filter(|h| h.tenant == r.tenant && h.group != r.home) {
+                for &(group, first, end) in holders.iter().filter(|h| h.0 != r.home) {
                     let holds = match r.layer {
-                        Some(l) => h.first_layer <= l && l < h.end_layer,
-                        None => h.first_layer == 0 && h.end_layer == t.layers,
+                        Some(l) => first <= l && l < end,
+                        None => first == 0 && end == t.layers,
                     };
                     if !holds {
                         continue;
                     }
-                    let f = finish(view, r, h.group);
+                    let f = finish(view, r, group);
                     // Borrow only when it clearly wins, and never into a GPU whose
                     // owner needs it before the op would be done.
                     let owner_ok =
-                        view.groups[h.group as usize].iter().all(|&g| view.gpus[g as usize].owner_need_ns >= f);
+                        view.groups[group as usize].iter().all(|&g| view.gpus[g as usize].owner_need_ns >= f);
                     if owner_ok && f + 2_000 < best.0 {
-                        best = (f, h.group);
+                        best = (f, group);
                     }
                 }
             }
