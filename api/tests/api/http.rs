@@ -35,6 +35,8 @@ async fn the_served_document_describes_every_route(pool: PgPool) {
         "/api/v1/tenants/{id}/sla/history",
         "/api/v1/tenants/{id}/stats",
         "/api/v1/keys",
+        "/api/v1/keys/{id}",
+        "/api/v1/audit",
         "/api/v1/plugins",
         "/api/v1/plugins/{id}",
         "/api/v1/plugins/{id}/activate",
