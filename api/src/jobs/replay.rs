@@ -92,6 +92,7 @@ async fn store(
 ) -> Result<(), sqlx::Error> {
     let mut tx = inner.db.begin().await?;
     crate::db::results::store_replay(&mut tx, id, r, names).await?;
+    crate::db::latency::store(&mut tx, id, None).await?;
     succeed(&mut tx, id, summary).await?;
     tx.commit().await
 }

@@ -37,6 +37,7 @@ async fn the_served_document_describes_every_route(pool: PgPool) {
         "/api/v1/keys",
         "/api/v1/keys/{id}",
         "/api/v1/audit",
+        "/api/v1/runs/{id}/latency",
         "/api/v1/plugins",
         "/api/v1/plugins/{id}",
         "/api/v1/plugins/{id}/activate",

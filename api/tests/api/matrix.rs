@@ -66,6 +66,8 @@ async fn every_route_checks_the_role(pool: PgPool) {
         (Method::POST, "/api/v1/clusters".into(), Some(json!({ "name": "c1", "spec": { "name": "c1", "nodes": [{ "gpu": "A100-80GB", "gpus": 2 }] } })), &[Admin]),
         (Method::GET, "/api/v1/models".into(), None, &[Admin, Analyst]),
         (Method::GET, "/api/v1/scenarios".into(), None, &[Admin, Analyst]),
+        (Method::GET, format!("/api/v1/runs/{run}/latency"), None, &[Admin, Analyst]),
+        (Method::GET, "/api/v1/runs?kind=sweep".into(), None, &[Admin, Analyst]),
         (Method::GET, "/api/v1/tenants?include_removed=true".into(), None, &[Admin, Analyst]),
         (Method::GET, "/api/v1/audit".into(), None, &[Admin]),
         (Method::GET, "/api/v1/audit?action=tenant.create".into(), None, &[Admin]),
