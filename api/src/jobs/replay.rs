@@ -34,7 +34,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     let Some(policy_name) = spec.policies.first().cloned() else {
         return Outcome::Failed("a replay needs one policy".into());
     };
-    let mut policy = match crate::policies::instantiate(&inner.db, &policy_name).await {
+    let mut instance = match crate::policies::instantiate(&inner.db, &policy_name).await {
         Ok(p) => p,
         Err(e) => return Outcome::Failed(e),
     };
@@ -55,16 +55,27 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             sample_decisions_every: DECISION_SAMPLE,
             ..ReplayOptions::default()
         };
-        let r = replay_blocking(&scenario, policy.as_mut(), &ctx, opts, &mut |f| {
+        let r = replay_blocking(&scenario, instance.policy(), &ctx, opts, &mut |f| {
             let _ = ctx.progress.send(f * 0.95);
-        })?;
-        Ok::<_, String>((r, names, ctx))
+        });
+        Ok::<_, String>((r, names, ctx, instance))
     })
     .await;
-    let (r, names, ctx) = match joined {
+    let (r, names, ctx, instance) = match joined {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return Outcome::Failed(e),
         Err(e) => return Outcome::Failed(format!("the replay panicked: {e}")),
+    };
+    // The host quarantined the plugin during the replay: its row says so from now on,
+    // whatever becomes of this run.
+    if let Some((plugin, q)) = instance.quarantined() {
+        if let Err(e) = crate::plugin_host::write_back_quarantine(&inner.db, plugin, spec.id, &q).await {
+            tracing::error!(error = %e, %plugin, "writing the plugin's quarantine back failed");
+        }
+    }
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => return Outcome::Failed(e),
     };
     if r.cancelled || ctx.cancelled() {
         return Outcome::Cancelled;

@@ -273,3 +273,46 @@ async fn the_audit_log_pages_and_filters_for_admins_only(pool: PgPool) {
     assert_eq!(get(&app, "/api/v1/audit", &key_a).await.0, StatusCode::FORBIDDEN);
     assert_eq!(call(&app, Method::GET, "/api/v1/audit", None, None).await.0, StatusCode::UNAUTHORIZED);
 }
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn quarantine_write_back_marks_the_plugin_and_names_the_cause(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    let (plugin,): (uuid::Uuid,) = sqlx::query_as(
+        "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, bytes, uploaded_by) \
+         values (gen_random_uuid(), 'wobbly', '0.1.0', '0.1.0', 'ab', 2, '\\x0000', 'admin:admin') returning id",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let run = uuid::Uuid::new_v4();
+    let q = slicesched_api::plugin_host::Quarantined {
+        name: "wobbly".into(),
+        version: "0.1.0".into(),
+        calls: 10,
+        failures: 3,
+        fallback_decisions: 8,
+        cause: "plugin `wobbly` 0.1.0: ran out of fuel in `place` (50000000 units per call)".into(),
+        errors: vec!["plugin `wobbly` 0.1.0: ran out of fuel in `place` (50000000 units per call)".into(); 3],
+    };
+    assert!(slicesched_api::plugin_host::write_back_quarantine(&pool, plugin, run, &q).await.unwrap());
+    let (_, p) = get(&app, &format!("/api/v1/plugins/{plugin}"), ADMIN).await;
+    assert_eq!(p["state"], "quarantined");
+    // No longer offered to runs.
+    let (s, v) =
+        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "wobbly" })).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("policy")));
+    let (_, audit) = get(&app, &format!("/api/v1/audit?action=plugin.quarantine&target={plugin}"), ADMIN).await;
+    let e = &audit["items"][0];
+    assert_eq!(e["actor"], format!("system:run:{run}"));
+    assert_eq!(e["detail"]["run_id"], json!(run));
+    assert_eq!(e["detail"]["cause"], json!(q.cause));
+    assert_eq!(e["detail"]["failures"], 3);
+    // A second run quarantining it again changes and records nothing.
+    assert!(!slicesched_api::plugin_host::write_back_quarantine(&pool, plugin, uuid::Uuid::new_v4(), &q)
+        .await
+        .unwrap());
+    assert_eq!(audit_rows(&pool, "plugin.quarantine").await.len(), 1);
+    // An admin may activate it again (and that is recorded too).
+    let (s, p) = post(&app, &format!("/api/v1/plugins/{plugin}/activate"), ADMIN, json!({})).await;
+    assert_eq!((s, p["state"].as_str()), (StatusCode::OK, Some("active")));
+}
