@@ -80,7 +80,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     if r.cancelled || ctx.cancelled() {
         return Outcome::Cancelled;
     }
-    trace_decisions(&r);
+    trace_decisions(&r, DECISION_SPANS);
     let summary = match serde_json::to_value(&r.summary) {
         Ok(v) => v,
         Err(e) => return Outcome::Failed(format!("summary: {e}")),
@@ -108,27 +108,37 @@ async fn store(
     tx.commit().await
 }
 
-/// The replay's scheduling as a span, with its sampled decisions as events (visible at
-/// `debug`, exported over OTLP with the span).
-fn trace_decisions(r: &ReplayResult) {
+/// Most spans of sampled decisions one replay emits: the sampled decisions of a long
+/// replay run to hundreds of thousands, so they are thinned evenly to this many.
+pub const DECISION_SPANS: usize = 1000;
+
+/// The replay's scheduling as a span (a child of the run's span) with one child span per
+/// sampled decision (at most `max`, evenly spread over the replay): exported over OTLP
+/// with the run's trace.
+pub fn trace_decisions(r: &ReplayResult, max: usize) {
     let s = &r.summary;
     let span = tracing::info_span!(
         "scheduling",
         policy = %s.policy,
         decisions = s.scheduling.decisions,
+        sampled = r.decisions.len(),
         placements = s.scheduling.placements,
         borrowed_ops = s.scheduling.borrowed_ops,
         decision_p50_us = s.timing.decision_p50_us,
         decision_p99_us = s.timing.decision_p99_us,
     );
     let _enter = span.enter();
-    for d in &r.decisions {
-        tracing::debug!(
+    let n = r.decisions.len();
+    let step = n.div_ceil(max.max(1)).max(1);
+    for (seq, d) in r.decisions.iter().enumerate().step_by(step) {
+        let _d = tracing::info_span!(
+            "decision",
+            seq,
             at_ns = d.at_ns,
             ready_ops = d.ready_ops,
             borrowed = d.borrowed,
             rejected = d.rejected,
-            "decision"
-        );
+        )
+        .entered();
     }
 }
