@@ -108,6 +108,7 @@ describe('role limits', () => {
     await page.goto(`${BASE}/#/runs`);
     await page.waitForSelector('[data-testid=sla-form]');
     assert.match(page.url(), /#\/tenants\//);
+    assert.equal(await page.locator('button[data-action=remove-tenant]').count(), 0, 'a tenant cannot remove itself');
     await page.fill('[data-testid=sla-form] input[name=tpot_ms]', '55');
     await page.click('[data-testid=sla-form] button[type=submit]');
     await page.waitForSelector('[data-testid=sla-tpot]:has-text("55.0 ms")');
@@ -141,6 +142,27 @@ describe('role limits', () => {
     const res = await fetch(`${BASE}/api/v1/me`, { headers: { Authorization: `Bearer ${key}` } });
     assert.equal(res.status, 401);
     await shot(page, '12-admin-keys');
+    noErrors(page);
+  });
+
+  test('admin: removes a tenant from its page; its key is refused, its page gone, the audit log says so', async () => {
+    const name = `ui-gone-${Date.now().toString(36)}`;
+    const t = await api('/tenants', ADMIN, { method: 'POST', body: JSON.stringify({ name, sla: { ttft_ms: 500, tpot_ms: 60 } }) });
+    const page = await fresh();
+    await signIn(page, ADMIN);
+    await page.goto(`${BASE}/#/tenants/${t.tenant.id}`);
+    await page.waitForSelector('[data-testid=sla-form]');
+    page.once('dialog', (d) => d.accept());
+    await page.click('button[data-action=remove-tenant]');
+    await page.waitForSelector('table.tenant-list');
+    assert.match(page.url(), /#\/tenants$/);
+    assert.equal(await page.locator(`table.tenant-list tr:has-text("${name}")`).count(), 0);
+    const res = await fetch(`${BASE}/api/v1/tenants/${t.tenant.id}`, { headers: { Authorization: `Bearer ${ADMIN}` } });
+    assert.equal(res.status, 404);
+    const me = await fetch(`${BASE}/api/v1/me`, { headers: { Authorization: `Bearer ${t.api_key}` } });
+    assert.equal(me.status, 401);
+    const removed = (await api('/tenants?include_removed=true', ADMIN)).items.find((x) => x.id === t.tenant.id);
+    assert.ok(removed?.removed_at, 'still listed with include_removed, with when');
     noErrors(page);
   });
 
