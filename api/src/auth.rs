@@ -104,10 +104,14 @@ impl FromRequestParts<AppState> for Caller {
         if same_digest(&digest, &state.admin_token_sha256) {
             return Ok(Caller { role: Role::Admin, name: "admin".into(), tenant_id: None });
         }
-        let row: Option<KeyRow> = sqlx::query_as("select role, name, tenant_id from api_keys where token_sha256 = $1")
-            .bind(&digest[..])
-            .fetch_optional(&state.db)
-            .await?;
+        // A revoked key, or the key of a removed tenant, is no key at all.
+        let row: Option<KeyRow> = sqlx::query_as(
+            "select k.role, k.name, k.tenant_id from api_keys k left join tenants t on t.id = k.tenant_id \
+             where k.token_sha256 = $1 and k.revoked_at is null and t.removed_at is null",
+        )
+        .bind(&digest[..])
+        .fetch_optional(&state.db)
+        .await?;
         let row = row.ok_or(ApiError::Unauthorized)?;
         let role = match row.role.as_str() {
             "tenant" => Role::Tenant,

@@ -36,23 +36,62 @@ impl Telemetry {
 /// Installs the global subscriber (fmt to stderr, `RUST_LOG` filter, default `info`) and,
 /// when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, OTLP/HTTP span and metric exporters.
 pub fn init() -> Result<Telemetry, String> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok().filter(|e| !e.is_empty());
-    let Some(_) = endpoint else {
-        tracing_subscriber::registry().with(filter).with(fmt).try_init().map_err(|e| e.to_string())?;
+    init_with(endpoint.as_deref())
+}
+
+/// [`init`] with the collector's base URL given (`/v1/traces` and `/v1/metrics` are
+/// appended, as for `OTEL_EXPORTER_OTLP_ENDPOINT`); None: no export.
+pub fn init_with(endpoint: Option<&str>) -> Result<Telemetry, String> {
+    let Some(endpoint) = endpoint else {
+        subscriber(None).try_init().map_err(|e| e.to_string())?;
         return Ok(Telemetry { tracer: None, meter: None });
     };
-    let resource = Resource::builder().with_service_name("slicesched").build();
-    let spans = opentelemetry_otlp::SpanExporter::builder().with_http().build().map_err(|e| e.to_string())?;
-    let tracer = SdkTracerProvider::builder().with_resource(resource.clone()).with_batch_exporter(spans).build();
-    let metrics = opentelemetry_otlp::MetricExporter::builder().with_http().build().map_err(|e| e.to_string())?;
-    let meter = SdkMeterProvider::builder().with_resource(resource).with_periodic_exporter(metrics).build();
+    let tracer = otlp_tracer(endpoint)?;
+    let meter = otlp_meter(endpoint)?;
     opentelemetry::global::set_meter_provider(meter.clone());
-    use opentelemetry::trace::TracerProvider as _;
-    let otel = tracing_opentelemetry::layer().with_tracer(tracer.tracer("slicesched"));
-    tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init().map_err(|e| e.to_string())?;
+    subscriber(Some(&tracer)).try_init().map_err(|e| e.to_string())?;
     Ok(Telemetry { tracer: Some(tracer), meter: Some(meter) })
+}
+
+fn resource() -> Resource {
+    Resource::builder().with_service_name("slicesched").build()
+}
+
+fn signal_url(base: &str, signal: &str) -> String {
+    format!("{}/v1/{signal}", base.trim_end_matches('/'))
+}
+
+/// Spans batched and sent over OTLP/HTTP (protobuf) to `base`/v1/traces.
+pub fn otlp_tracer(base: &str) -> Result<SdkTracerProvider, String> {
+    use opentelemetry_otlp::WithExportConfig;
+    let spans = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(signal_url(base, "traces"))
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(SdkTracerProvider::builder().with_resource(resource()).with_batch_exporter(spans).build())
+}
+
+/// Metrics sent periodically over OTLP/HTTP (protobuf) to `base`/v1/metrics.
+pub fn otlp_meter(base: &str) -> Result<SdkMeterProvider, String> {
+    use opentelemetry_otlp::WithExportConfig;
+    let metrics = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .with_endpoint(signal_url(base, "metrics"))
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(SdkMeterProvider::builder().with_resource(resource()).with_periodic_exporter(metrics).build())
+}
+
+/// The subscriber [`init`] installs: fmt to stderr under the `RUST_LOG` filter (default
+/// `info`), and every span to `tracer` when one is given. Tests install it per thread.
+pub fn subscriber(tracer: Option<&SdkTracerProvider>) -> impl tracing::Subscriber + Send + Sync + 'static {
+    use opentelemetry::trace::TracerProvider as _;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let otel = tracer.map(|t| tracing_opentelemetry::layer().with_tracer(t.tracer("slicesched")));
+    tracing_subscriber::registry().with(filter).with(fmt).with(otel)
 }
 
 /// The service's metrics, exposed in Prometheus text format and, through the global

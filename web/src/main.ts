@@ -13,6 +13,7 @@ import { comparePage } from './pages/compare';
 import { tenantsPage, tenantPage } from './pages/tenants';
 import { pluginsPage } from './pages/plugins';
 import { keysPage } from './pages/keys';
+import { auditPage } from './pages/audit';
 import { benchPage } from './pages/bench';
 
 const root = document.getElementById('app')!;
@@ -40,7 +41,8 @@ function nav(): HTMLElement {
       can('tenants.list') ? item('tenants', 'Tenants') : null,
       can('tenant.own') ? h('a', { href: `#/tenants/${m.tenant_id}`, class: r === 'tenants' ? 'active' : '' }, 'My tenant') : null,
       can('plugins.read') ? item('plugins', 'Plugins') : null,
-      can('keys.create') ? item('keys', 'Keys') : null),
+      can('keys.create') ? item('keys', 'Keys') : null,
+      can('audit.read') ? item('audit', 'Audit') : null),
     h('div', { class: 'who' },
       h('span', { class: `role role-${m.role}`, 'data-role': m.role }, m.role),
       h('span', { class: 'name' }, m.name),
@@ -71,6 +73,7 @@ function pick(path: string[]): Page | null {
   if (a === 'tenants') return can('tenants.list') ? tenantsPage : null;
   if (a === 'plugins') return can('plugins.read') ? pluginsPage : null;
   if (a === 'keys') return can('keys.create') ? keysPage : null;
+  if (a === 'audit') return can('audit.read') ? auditPage : null;
   return null;
 }
 

@@ -8,11 +8,11 @@ export const session: { me: Me | null } = { me: null };
 export type Action =
   | 'runs.read' | 'runs.start' | 'runs.cancel'
   | 'tenants.list' | 'tenants.create' | 'tenant.own' | 'sla.edit'
-  | 'plugins.read' | 'plugins.manage' | 'keys.create';
+  | 'plugins.read' | 'plugins.manage' | 'keys.create' | 'keys.revoke' | 'audit.read' | 'tenants.remove';
 
 const GRANTS: Record<Role, Action[]> = {
   admin: ['runs.read', 'runs.start', 'runs.cancel', 'tenants.list', 'tenants.create', 'sla.edit', 'plugins.read',
-    'plugins.manage', 'keys.create'],
+    'plugins.manage', 'keys.create', 'keys.revoke', 'audit.read', 'tenants.remove'],
   analyst: ['runs.read', 'tenants.list', 'plugins.read'],
   tenant: ['tenant.own', 'sla.edit'],
 };

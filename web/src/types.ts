@@ -88,3 +88,20 @@ export interface Sla { ttft_ms: number; ttft_ms_per_1k?: number; tpot_ms: number
 export interface Plugin { id: number | string; name: string; version: string; state: string; sha256_hex?: string;
   interface_version?: string; uploaded_by?: string; created_at?: string; size_bytes?: number; builtin?: boolean }
 export type Scenario = string | { name: string };
+
+/** One latency's whole-run histogram (GET /runs/{id}/latency): log-spaced bins. */
+export interface LatencyHistogram {
+  count: number; min_ms: number | null; max_ms: number | null; mean_ms: number | null;
+  p50_ms: number | null; p90_ms: number | null; p99_ms: number | null;
+  edges_ms: number[]; counts: number[];
+}
+export interface RunLatency {
+  run_id: string; tenant: string | null; requests: number; bins_per_decade: number;
+  ttft_ms: LatencyHistogram; tpot_ms: LatencyHistogram; e2e_ms: LatencyHistogram;
+}
+
+export interface ApiKey { id: string; name: string; role: Role; tenant_id: string | null; created_by: string;
+  created_at: string; revoked_at: string | null; revoked_by: string | null }
+
+export interface AuditEntry { id: number; at: string; actor: string; action: string; target: string;
+  detail: Record<string, unknown> }

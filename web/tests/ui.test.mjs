@@ -50,11 +50,14 @@ describe('sign-in', () => {
     await page.goto(`${BASE}/#/runs`);
     await page.reload();
     await page.waitForSelector('#api-key');
-    // A key that fails mid-session (401 on any call) shows the notice.
-    await signIn(page, fx.analystKey);
-    await page.evaluate(() => sessionStorage.setItem('slicesched.key', 'ssk_revoked'));
-    await page.goto(`${BASE}/#/compare`);
-    await page.waitForSelector('#signin-error:has-text("expired")');
+    // A real key revoked mid-session (401 on the next call) shows the notice.
+    const k = await api('/keys', ADMIN, { method: 'POST', body: JSON.stringify({ name: `ui-revoked-${Date.now().toString(36)}`, role: 'analyst' }) });
+    await signIn(page, k.api_key);
+    await page.waitForSelector('[data-testid=runs-table]');
+    const revoked = await api(`/keys/${k.key.id}`, ADMIN, { method: 'DELETE' });
+    assert.ok(revoked.revoked_at, 'the API says when it was revoked');
+    await page.click('nav a:has-text("Compare")');
+    await page.waitForSelector('#signin-error:has-text("revoked")');
     await shot(page, '03-key-expired');
   });
 
@@ -78,6 +81,11 @@ describe('role limits', () => {
     assert.equal(await page.locator('summary:has-text("New run")').count(), 0);
     assert.equal(await page.locator('button:has-text("Cancel")').count(), 0);
     assert.equal(await page.locator('nav a:has-text("Keys")').count(), 0);
+    assert.equal(await page.locator('nav a:has-text("Audit")').count(), 0);
+    // The audit log is not offered, and its route sends an analyst home.
+    await page.goto(`${BASE}/#/audit`);
+    await page.waitForSelector('[data-testid=runs-table]');
+    assert.match(page.url(), /#\/runs/);
     await page.click('nav a:has-text("Plugins")');
     await page.waitForSelector('table.plugins');
     assert.equal(await page.locator('[data-testid=plugin-upload]').count(), 0);
@@ -100,6 +108,7 @@ describe('role limits', () => {
     await page.goto(`${BASE}/#/runs`);
     await page.waitForSelector('[data-testid=sla-form]');
     assert.match(page.url(), /#\/tenants\//);
+    assert.equal(await page.locator('button[data-action=remove-tenant]').count(), 0, 'a tenant cannot remove itself');
     await page.fill('[data-testid=sla-form] input[name=tpot_ms]', '55');
     await page.click('[data-testid=sla-form] button[type=submit]');
     await page.waitForSelector('[data-testid=sla-tpot]:has-text("55.0 ms")');
@@ -115,13 +124,67 @@ describe('role limits', () => {
     await signIn(page, ADMIN);
     await page.waitForSelector('summary:has-text("New run")');
     const navs = await page.locator('header nav a').allTextContents();
-    assert.deepEqual(navs, ['Runs', 'Compare', 'Tenants', 'Plugins', 'Keys']);
+    assert.deepEqual(navs, ['Runs', 'Compare', 'Tenants', 'Plugins', 'Keys', 'Audit']);
     await page.click('nav a:has-text("Keys")');
     await page.fill('input[name=name]', 'ui-test-analyst-2');
     await page.click('button:has-text("Create key")');
     const key = (await page.textContent('[data-testid=new-key] code')).trim();
     assert.equal((await api('/me', key)).role, 'analyst');
+    // The new key is listed; revoking it (after the confirmation) refuses it at once.
+    const id = (await api('/keys', ADMIN)).items.find((k) => k.name === 'ui-test-analyst-2').id;
+    const row = page.locator(`tr[data-key="${id}"]`);
+    await row.waitFor();
+    assert.match(await row.textContent(), /valid/);
+    page.once('dialog', (d) => d.accept());
+    await row.locator('button[data-action=revoke]').click();
+    await page.waitForSelector(`tr[data-key="${id}"] [data-status=revoked]`);
+    assert.equal(await page.locator(`tr[data-key="${id}"] button[data-action=revoke]`).count(), 0);
+    const res = await fetch(`${BASE}/api/v1/me`, { headers: { Authorization: `Bearer ${key}` } });
+    assert.equal(res.status, 401);
     await shot(page, '12-admin-keys');
+    noErrors(page);
+  });
+
+  test('admin: removes a tenant from its page; its key is refused, its page gone, the audit log says so', async () => {
+    const name = `ui-gone-${Date.now().toString(36)}`;
+    const t = await api('/tenants', ADMIN, { method: 'POST', body: JSON.stringify({ name, sla: { ttft_ms: 500, tpot_ms: 60 } }) });
+    const page = await fresh();
+    await signIn(page, ADMIN);
+    await page.goto(`${BASE}/#/tenants/${t.tenant.id}`);
+    await page.waitForSelector('[data-testid=sla-form]');
+    page.once('dialog', (d) => d.accept());
+    await page.click('button[data-action=remove-tenant]');
+    await page.waitForSelector('table.tenant-list');
+    assert.match(page.url(), /#\/tenants$/);
+    assert.equal(await page.locator(`table.tenant-list tr:has-text("${name}")`).count(), 0);
+    const res = await fetch(`${BASE}/api/v1/tenants/${t.tenant.id}`, { headers: { Authorization: `Bearer ${ADMIN}` } });
+    assert.equal(res.status, 404);
+    const me = await fetch(`${BASE}/api/v1/me`, { headers: { Authorization: `Bearer ${t.api_key}` } });
+    assert.equal(me.status, 401);
+    const removed = (await api('/tenants?include_removed=true', ADMIN)).items.find((x) => x.id === t.tenant.id);
+    assert.ok(removed?.removed_at, 'still listed with include_removed, with when');
+    noErrors(page);
+  });
+
+  test('admin: the audit log lists every change, filters and pages on the server', async () => {
+    const page = await fresh();
+    await signIn(page, ADMIN);
+    await page.click('nav a:has-text("Audit")');
+    await page.waitForSelector('[data-testid=audit-table] tbody tr');
+    const top = (await api('/audit?limit=50', ADMIN)).items;
+    const shown = await page.locator('[data-testid=audit-table] tbody tr').count();
+    assert.equal(shown, top.length);
+    assert.equal(await page.getAttribute('[data-testid=audit-table] tbody tr:first-child', 'data-audit'), String(top[0].id));
+    await page.selectOption('select[name=action]', 'key.revoke');
+    await page.waitForFunction(() => {
+      const rows = [...document.querySelectorAll('[data-testid=audit-table] tbody tr')];
+      return rows.length > 0 && rows.every((r) => r.getAttribute('data-action') === 'key.revoke');
+    });
+    const revokes = (await api('/audit?action=key.revoke', ADMIN)).items;
+    assert.ok(revokes.length >= 1, 'the revocations of the tests above are recorded');
+    assert.equal(await page.locator('[data-testid=audit-table] tbody tr').count(), revokes.length);
+    assert.match(page.url(), /action=key\.revoke/);
+    await shot(page, '13-admin-audit');
     noErrors(page);
   });
 });
@@ -139,6 +202,17 @@ describe('run pages show the API figures', () => {
     const apiRows = await api('/runs?policy=slice&limit=25', fx.analystKey);
     assert.equal(rows.length, apiRows.items.length);
     await page.selectOption('select[name=policy]', '');
+    await page.waitForSelector(`tr[data-run="${fx.dedicated.id}"]`);
+    // Kind: only sweeps, as the API filters them.
+    await page.selectOption('select[name=kind]', 'sweep');
+    await page.waitForSelector(`tr[data-run="${fx.sweep.id}"]`);
+    await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=runs-table] tbody tr')]
+      .every((r) => r.children[1].textContent === 'sweep'));
+    const sweeps = await api('/runs?kind=sweep&limit=25', fx.analystKey);
+    assert.equal(await page.locator('[data-testid=runs-table] tbody tr').count(), sweeps.items.length);
+    assert.match(page.url(), /kind=sweep/);
+    await shot(page, '20-runs-sweeps');
+    await page.selectOption('select[name=kind]', '');
     await page.waitForSelector(`tr[data-run="${fx.dedicated.id}"]`);
     await shot(page, '20-runs');
     noErrors(page);
@@ -165,7 +239,15 @@ describe('run pages show the API figures', () => {
     });
     assert.equal(await page.locator('table.gpus tbody tr').count(), s.gpus.length);
     await page.waitForSelector('[data-testid=chart-throughput] svg path');
+    // The latency histograms cover every request of the run, as GET /runs/{id}/latency counts them.
+    const lat = await api(`/runs/${run.id}/latency`, fx.analystKey);
+    assert.equal(lat.requests, s.requests);
     await page.waitForSelector('[data-testid=chart-ttft] svg');
+    await page.waitForSelector('[data-testid=chart-tpot] svg');
+    assert.equal(Number(await page.getAttribute('[data-testid=chart-ttft]', 'data-count')), lat.ttft_ms.count);
+    assert.equal(Number(await page.getAttribute('[data-testid=chart-tpot]', 'data-count')), lat.tpot_ms.count);
+    assert.equal(await page.locator('[data-testid=chart-ttft] svg rect').count(), lat.ttft_ms.counts.length);
+    assert.match(await page.textContent('[data-testid=latency-note]'), /Every one of the run/);
     await page.waitForSelector('[data-testid=gap-histogram] svg');
     const reqs = await api(`/runs/${run.id}/requests?limit=25`, fx.analystKey);
     await page.waitForSelector('[data-testid=requests-table] tbody tr');

@@ -1,6 +1,7 @@
 //! Postgres: the pool, the migrations (applied at start-up and by the tests' harness),
 //! the audit log and the run history's queries.
 
+pub mod latency;
 pub mod results;
 pub mod runs;
 

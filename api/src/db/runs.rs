@@ -13,6 +13,15 @@ pub enum RunKind {
     Sweep,
 }
 
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Replay => "replay",
+            RunKind::Sweep => "sweep",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {

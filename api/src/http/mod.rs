@@ -2,6 +2,7 @@
 //! so every route is in the OpenAPI document (served at `/api/openapi.json`, with an
 //! offline Swagger UI at `/api/docs`). Outside `/api` the built web UI is served.
 
+mod audit;
 mod catalog;
 mod health;
 mod keys;
@@ -35,7 +36,8 @@ use utoipa_axum::router::OpenApiRouter;
         (name = "me", description = "Who the token belongs to"),
         (name = "runs", description = "Replays and sweeps, and their results"),
         (name = "tenants", description = "Tenants, their SLAs (versioned) and statistics"),
-        (name = "keys", description = "Analyst API keys"),
+        (name = "keys", description = "API keys: analyst keys created, any key revoked"),
+        (name = "audit", description = "The audit log of every change (admin only)"),
         (name = "plugins", description = "Policy plugins (Wasm components)"),
         (name = "catalog", description = "Clusters, models and shipped scenarios"),
         (name = "ops", description = "Health, readiness and metrics")
@@ -64,6 +66,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(timeline::router())
         .merge(tenants::router())
         .merge(keys::router())
+        .merge(audit::router())
         .merge(plugins::router())
         .merge(catalog::router())
         .merge(health::router())

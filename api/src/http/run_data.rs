@@ -1,5 +1,6 @@
 //! A run's results: per-request records (filtered, keyset-paginated), the per-second
-//! series, sampled scheduling decisions and per-GPU idle-slice figures.
+//! series, sampled scheduling decisions, per-GPU idle-slice figures and the whole run's
+//! latency distributions.
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, Problem};
@@ -20,6 +21,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(series))
         .routes(routes!(list_decisions))
         .routes(routes!(gpus))
+        .routes(routes!(latency))
 }
 
 /// 404 unless the run exists (and the caller may read runs at all).
@@ -271,4 +273,41 @@ async fn gpus(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<U
         };
     }
     Ok(Json(GpuList { items }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyQuery {
+    /// Only this tenant's requests (scenario tenant name).
+    tenant: Option<String>,
+}
+
+/// TTFT, TPOT and end-to-end latency of every request of the run (or of one tenant), as
+/// log-spaced histograms (10 bins per decade) with p50/p90/p99, computed in SQL over all
+/// of the run's records and kept once the run has succeeded.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/latency", tag = "runs", params(("id" = Uuid, Path), LatencyQuery),
+    responses((status = 200, body = crate::db::latency::RunLatency), (status = 400, body = Problem),
+              (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem)))]
+async fn latency(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(q): ApiQuery<LatencyQuery>,
+) -> ApiResult<Json<crate::db::latency::RunLatency>> {
+    caller.reader()?;
+    if q.tenant.as_ref().is_some_and(|t| t.is_empty() || t.len() > 200) {
+        return Err(ApiError::bad("tenant", "1 to 200 characters"));
+    }
+    let run: Option<(String, String, Vec<String>)> =
+        sqlx::query_as("select kind, status, tenant_names from runs where id = $1")
+            .bind(id)
+            .fetch_optional(&st.db)
+            .await?;
+    let (kind, status, tenants) = run.ok_or(ApiError::NotFound)?;
+    // Kept only for a stored replay, and per tenant only for the run's own tenants (an
+    // arbitrary name must not grow the table).
+    let keep =
+        kind == "replay" && status == "succeeded" && q.tenant.as_ref().is_none_or(|t| tenants.iter().any(|n| n == t));
+    Ok(Json(crate::db::latency::get(&st.db, id, q.tenant.as_deref(), keep).await?))
 }

@@ -22,6 +22,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct RunQuery {
+    /// Replays or sweeps only.
+    kind: Option<RunKind>,
     /// Runs that used this policy.
     policy: Option<String>,
     /// Runs of this scenario (name).
@@ -85,7 +87,7 @@ async fn list_runs(
          where ($1::text is null or $1 = any(policies)) and ($2::text is null or scenario = $2) \
            and ($3::text is null or status = $3) and ($4::timestamptz is null or created_at >= $4) \
            and ($5::timestamptz is null or created_at < $5) \
-           and ($6::timestamptz is null or (created_at, id) < ($6, $7)) \
+           and ($6::timestamptz is null or (created_at, id) < ($6, $7)) and ($9::text is null or kind = $9) \
          order by created_at desc, id desc limit $8"
     )))
     .bind(&q.policy)
@@ -96,6 +98,7 @@ async fn list_runs(
     .bind(cur_ts)
     .bind(cur_id)
     .bind(limit + 1)
+    .bind(q.kind.map(RunKind::as_str))
     .fetch_all(&st.db)
     .await?;
     let (items, more) = pagination::split(rows, limit);
@@ -134,10 +137,7 @@ async fn create_run(
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     let id = Uuid::new_v4();
-    let kind = match body.kind {
-        RunKind::Replay => "replay",
-        RunKind::Sweep => "sweep",
-    };
+    let kind = body.kind.as_str();
     let mut tx = st.db.begin().await?;
     sqlx::query(
         "insert into runs (id, kind, scenario, scenario_toml, policies, rate_scale, violation_targets, \

@@ -1,23 +1,25 @@
-//! Tenants (admin creates them and gets their key once), their versioned SLAs (a tenant
-//! reads and changes only its own) and their statistics across runs.
+//! Tenants (admin creates them and gets their key once, and removes them), their
+//! versioned SLAs (a tenant reads and changes only its own) and their statistics across
+//! runs. A removed tenant is kept (its SLA history, and the runs that replayed it), its
+//! keys are revoked, and its routes answer 404 as for a tenant that never existed.
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::extract::{ApiJson, ApiPath};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_tenants, create_tenant))
-        .routes(routes!(get_tenant))
+        .routes(routes!(get_tenant, remove_tenant))
         .routes(routes!(get_sla, put_sla))
         .routes(routes!(sla_history))
         .routes(routes!(stats))
@@ -82,6 +84,8 @@ pub struct Tenant {
     pub id: Uuid,
     pub name: String,
     pub created_at: DateTime<Utc>,
+    /// When an admin removed the tenant (only listed with `include_removed=true`).
+    pub removed_at: Option<DateTime<Utc>>,
     /// The current SLA version.
     #[sqlx(skip)]
     pub sla: Option<SlaVersion>,
@@ -106,6 +110,7 @@ pub struct CreatedTenant {
     pub api_key: String,
 }
 
+const TENANT_COLUMNS: &str = "id, name, created_at, removed_at";
 const SLA_COLUMNS: &str = "version, ttft_ms, ttft_ms_per_1k, tpot_ms, changed_by, changed_at";
 
 async fn current_sla(st: &AppState, id: Uuid) -> ApiResult<Option<SlaVersion>> {
@@ -120,24 +125,46 @@ async fn current_sla(st: &AppState, id: Uuid) -> ApiResult<Option<SlaVersion>> {
 /// The tenant, if it exists and the caller may see it (404 otherwise, whichever it is).
 async fn visible(st: &AppState, caller: &Caller, id: Uuid) -> ApiResult<Tenant> {
     caller.sees_tenant(id)?;
-    let mut t: Tenant = sqlx::query_as("select id, name, created_at from tenants where id = $1")
-        .bind(id)
-        .fetch_optional(&st.db)
-        .await?
-        .ok_or(ApiError::NotFound)?;
+    let mut t: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {TENANT_COLUMNS} from tenants where id = $1 and removed_at is null"
+    )))
+    .bind(id)
+    .fetch_optional(&st.db)
+    .await?
+    .ok_or(ApiError::NotFound)?;
     t.sla = current_sla(st, id).await?;
     Ok(t)
 }
 
-#[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants",
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct TenantQuery {
+    /// Admins and analysts: list removed tenants too (with `removed_at` and their last
+    /// SLA), so the history of runs that replayed them stays readable.
+    include_removed: Option<bool>,
+}
+
+#[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", params(TenantQuery),
     responses((status = 200, description = "All tenants (a tenant sees only itself)", body = TenantList),
-              (status = 401, body = Problem)))]
-async fn list_tenants(State(st): State<AppState>, caller: Caller) -> ApiResult<Json<TenantList>> {
-    let mut items: Vec<Tenant> =
-        sqlx::query_as("select id, name, created_at from tenants where ($1::uuid is null or id = $1) order by name")
-            .bind(if caller.role == Role::Tenant { caller.tenant_id } else { None })
-            .fetch_all(&st.db)
-            .await?;
+              (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem)))]
+async fn list_tenants(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<TenantQuery>,
+) -> ApiResult<Json<TenantList>> {
+    let removed = q.include_removed.unwrap_or(false);
+    if removed {
+        caller.reader()?;
+    }
+    let mut items: Vec<Tenant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {TENANT_COLUMNS} from tenants where ($1::uuid is null or id = $1) and ($2 or removed_at is null) \
+         order by name, created_at"
+    )))
+    .bind(if caller.role == Role::Tenant { caller.tenant_id } else { None })
+    .bind(removed)
+    .fetch_all(&st.db)
+    .await?;
     for t in &mut items {
         t.sla = current_sla(&st, t.id).await?;
     }
@@ -212,6 +239,49 @@ async fn get_tenant(State(st): State<AppState>, caller: Caller, ApiPath(id): Api
     visible(&st, &caller, id).await.map(Json)
 }
 
+/// Removes a tenant (admin only): a soft delete. The tenant's SLA history and the runs that
+/// replayed it stay; its keys are revoked at once; its routes answer 404 from then on.
+#[utoipa::path(delete, path = "/api/v1/tenants/{id}", tag = "tenants", params(("id" = Uuid, Path)),
+    responses((status = 200, description = "The removed tenant", body = Tenant), (status = 400, body = Problem),
+              (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem)))]
+async fn remove_tenant(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<Tenant>> {
+    caller.admin()?;
+    let actor = caller.actor();
+    let mut tx = st.db.begin().await?;
+    let mut t: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "update tenants set removed_at = now(), removed_by = $2 where id = $1 and removed_at is null \
+         returning {TENANT_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(&actor)
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or(ApiError::NotFound)?;
+    let revoked = sqlx::query(
+        "update api_keys set revoked_at = now(), revoked_by = $2 where tenant_id = $1 and revoked_at is null",
+    )
+    .bind(id)
+    .bind(&actor)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    crate::db::audit(
+        &mut *tx,
+        &actor,
+        "tenant.remove",
+        &id.to_string(),
+        serde_json::json!({ "name": t.name, "keys_revoked": revoked }),
+    )
+    .await?;
+    tx.commit().await?;
+    t.sla = current_sla(&st, id).await?;
+    Ok(Json(t))
+}
+
 #[utoipa::path(get, path = "/api/v1/tenants/{id}/sla", tag = "tenants", params(("id" = Uuid, Path)),
     responses((status = 200, body = SlaVersion), (status = 401, body = Problem), (status = 404, body = Problem)))]
 async fn get_sla(
@@ -239,7 +309,13 @@ async fn put_sla(
     let actor = caller.actor();
     let mut tx = st.db.begin().await?;
     // Serialises concurrent changes of one tenant's SLA: versions stay dense.
-    sqlx::query("select id from tenants where id = $1 for update").bind(id).execute(&mut *tx).await?;
+    // (And a removal that won the race leaves nothing to change.)
+    let locked: Option<(Uuid,)> =
+        sqlx::query_as("select id from tenants where id = $1 and removed_at is null for update")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    locked.ok_or(ApiError::NotFound)?;
     let (last,): (Option<i32>,) = sqlx::query_as("select max(version) from sla_versions where tenant_id = $1")
         .bind(id)
         .fetch_one(&mut *tx)

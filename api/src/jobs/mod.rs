@@ -7,6 +7,8 @@
 mod replay;
 mod sweep;
 
+pub use replay::{trace_decisions, DECISION_SPANS};
+
 use crate::config::Config;
 use crate::db::{self, runs::RunStatus};
 use crate::telemetry::Metrics;

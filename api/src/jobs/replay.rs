@@ -34,7 +34,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     let Some(policy_name) = spec.policies.first().cloned() else {
         return Outcome::Failed("a replay needs one policy".into());
     };
-    let mut policy = match crate::policies::instantiate(&inner.db, &policy_name).await {
+    let mut instance = match crate::policies::instantiate(&inner.db, &policy_name).await {
         Ok(p) => p,
         Err(e) => return Outcome::Failed(e),
     };
@@ -55,21 +55,32 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             sample_decisions_every: DECISION_SAMPLE,
             ..ReplayOptions::default()
         };
-        let r = replay_blocking(&scenario, policy.as_mut(), &ctx, opts, &mut |f| {
+        let r = replay_blocking(&scenario, instance.policy(), &ctx, opts, &mut |f| {
             let _ = ctx.progress.send(f * 0.95);
-        })?;
-        Ok::<_, String>((r, names, ctx))
+        });
+        Ok::<_, String>((r, names, ctx, instance))
     })
     .await;
-    let (r, names, ctx) = match joined {
+    let (r, names, ctx, instance) = match joined {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return Outcome::Failed(e),
         Err(e) => return Outcome::Failed(format!("the replay panicked: {e}")),
     };
+    // The host quarantined the plugin during the replay: its row says so from now on,
+    // whatever becomes of this run.
+    if let Some((plugin, q)) = instance.quarantined() {
+        if let Err(e) = crate::plugin_host::write_back_quarantine(&inner.db, plugin, spec.id, &q).await {
+            tracing::error!(error = %e, %plugin, "writing the plugin's quarantine back failed");
+        }
+    }
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => return Outcome::Failed(e),
+    };
     if r.cancelled || ctx.cancelled() {
         return Outcome::Cancelled;
     }
-    trace_decisions(&r);
+    trace_decisions(&r, DECISION_SPANS);
     let summary = match serde_json::to_value(&r.summary) {
         Ok(v) => v,
         Err(e) => return Outcome::Failed(format!("summary: {e}")),
@@ -92,31 +103,42 @@ async fn store(
 ) -> Result<(), sqlx::Error> {
     let mut tx = inner.db.begin().await?;
     crate::db::results::store_replay(&mut tx, id, r, names).await?;
+    crate::db::latency::store(&mut tx, id, None).await?;
     succeed(&mut tx, id, summary).await?;
     tx.commit().await
 }
 
-/// The replay's scheduling as a span, with its sampled decisions as events (visible at
-/// `debug`, exported over OTLP with the span).
-fn trace_decisions(r: &ReplayResult) {
+/// Most spans of sampled decisions one replay emits: the sampled decisions of a long
+/// replay run to hundreds of thousands, so they are thinned evenly to this many.
+pub const DECISION_SPANS: usize = 1000;
+
+/// The replay's scheduling as a span (a child of the run's span) with one child span per
+/// sampled decision (at most `max`, evenly spread over the replay): exported over OTLP
+/// with the run's trace.
+pub fn trace_decisions(r: &ReplayResult, max: usize) {
     let s = &r.summary;
     let span = tracing::info_span!(
         "scheduling",
         policy = %s.policy,
         decisions = s.scheduling.decisions,
+        sampled = r.decisions.len(),
         placements = s.scheduling.placements,
         borrowed_ops = s.scheduling.borrowed_ops,
         decision_p50_us = s.timing.decision_p50_us,
         decision_p99_us = s.timing.decision_p99_us,
     );
     let _enter = span.enter();
-    for d in &r.decisions {
-        tracing::debug!(
+    let n = r.decisions.len();
+    let step = n.div_ceil(max.max(1)).max(1);
+    for (seq, d) in r.decisions.iter().enumerate().step_by(step) {
+        let _d = tracing::info_span!(
+            "decision",
+            seq,
             at_ns = d.at_ns,
             ready_ops = d.ready_ops,
             borrowed = d.borrowed,
             rejected = d.rejected,
-            "decision"
-        );
+        )
+        .entered();
     }
 }

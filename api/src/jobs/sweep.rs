@@ -25,6 +25,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     let dir = inner.config.scenarios_dir.clone();
     let (name, text) = (spec.scenario.clone(), spec.scenario_toml.clone());
     let db = inner.db.clone();
+    let run_id = spec.id;
     let handle = tokio::runtime::Handle::current();
     let joined = tokio::task::spawn_blocking(move || {
         let scenario = crate::scenarios::load(&dir, &name, &text)?;
@@ -49,13 +50,20 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                         }
                         let pol = handle.block_on(crate::policies::instantiate(&db, policy));
                         let r = pol.and_then(|mut p| {
-                            replay_blocking(
+                            let r = replay_blocking(
                                 &scenario.with_rate_scale(scale),
-                                p.as_mut(),
+                                p.policy(),
                                 &ctx,
                                 ReplayOptions::default(),
                                 &mut |_| {},
-                            )
+                            );
+                            if let Some((plugin, q)) = p.quarantined() {
+                                let back = crate::plugin_host::write_back_quarantine(&db, plugin, run_id, &q);
+                                if let Err(e) = handle.block_on(back) {
+                                    tracing::error!(error = %e, %plugin, "writing the plugin's quarantine back failed");
+                                }
+                            }
+                            r
                         });
                         replays += 1;
                         let done = results.len() as f64 + (replays as f64 / REPLAYS_PER_SEARCH).min(0.95);

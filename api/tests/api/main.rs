@@ -1,6 +1,7 @@
 //! The API's integration tests: one binary (zero2prod style), every test on a fresh
 //! Postgres database with the migrations applied (`#[sqlx::test]`; needs DATABASE_URL).
 
+mod admin;
 mod bad_input;
 mod common;
 mod http;

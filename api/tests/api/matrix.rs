@@ -30,6 +30,11 @@ async fn every_route_checks_the_role(pool: PgPool) {
     let run = run.0;
     let (plugin,): (uuid::Uuid,) = sqlx::query_as("select id from plugins limit 1").fetch_one(&pool).await.unwrap();
     let sla = json!({ "ttft_ms": 400, "tpot_ms": 50 });
+    // Things the admin-only removals at the end of the matrix take away.
+    let (tg, _) = tenant(&app, "gamma").await;
+    let (s, victim) = post(&app, "/api/v1/keys", ADMIN, json!({ "name": "victim", "role": "analyst" })).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let victim = victim["key"]["id"].as_str().unwrap().to_string();
     use R::*;
     #[rustfmt::skip]
     let routes: Vec<(Method, String, Option<Value>, &[R])> = vec![
@@ -61,6 +66,13 @@ async fn every_route_checks_the_role(pool: PgPool) {
         (Method::POST, "/api/v1/clusters".into(), Some(json!({ "name": "c1", "spec": { "name": "c1", "nodes": [{ "gpu": "A100-80GB", "gpus": 2 }] } })), &[Admin]),
         (Method::GET, "/api/v1/models".into(), None, &[Admin, Analyst]),
         (Method::GET, "/api/v1/scenarios".into(), None, &[Admin, Analyst]),
+        (Method::GET, format!("/api/v1/runs/{run}/latency"), None, &[Admin, Analyst]),
+        (Method::GET, "/api/v1/runs?kind=sweep".into(), None, &[Admin, Analyst]),
+        (Method::GET, "/api/v1/tenants?include_removed=true".into(), None, &[Admin, Analyst]),
+        (Method::GET, "/api/v1/audit".into(), None, &[Admin]),
+        (Method::GET, "/api/v1/audit?action=tenant.create".into(), None, &[Admin]),
+        (Method::DELETE, format!("/api/v1/keys/{victim}"), None, &[Admin]),
+        (Method::DELETE, format!("/api/v1/tenants/{tg}"), None, &[Admin]),
     ];
     for (method, path, body, allowed) in &routes {
         // Without a token, or with a wrong one: 401.

@@ -83,3 +83,55 @@ async fn the_shipped_components_are_registered_at_start_up(pool: PgPool) {
     }
     assert!(!items.iter().any(|p| p["name"] == "template"), "only the shipped policies are registered");
 }
+
+/// The hostile plugin of the host's tests, built with one misbehaviour (once per target dir).
+fn hostile(feature: &str) -> Vec<u8> {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let out = repo().join(format!("target/plugins/hostile/{feature}.wasm"));
+    let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    if !out.exists() {
+        slicesched_plugin_host::toolchain::build(
+            &repo().join("plugins/hostile"),
+            &out,
+            &repo().join("target/wasm"),
+            &[feature],
+        )
+        .unwrap_or_else(|e| panic!("building the hostile plugin `{feature}`: {e}"));
+    }
+    std::fs::read(out).unwrap()
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_plugin_the_host_quarantines_during_a_run_is_marked_quarantined(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    // It describes itself fine, so the upload is accepted; it panics on every batch.
+    let (s, p) = send(&app, upload("application/wasm", hostile("panic"))).await;
+    assert_eq!(s, StatusCode::CREATED, "{p}");
+    assert_eq!((p["name"].as_str(), p["state"].as_str()), (Some("hostile"), Some("active")));
+    let id = p["id"].as_str().unwrap().to_string();
+    let (s, run) =
+        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "hostile" })).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{run}");
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let run = wait_run(&app, &run_id, finished).await;
+    // The run completes under the fallback, nothing lost...
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["summary"]["completed"], run["summary"]["requests"]);
+    // ...and the plugin's row says what the host decided, with the cause in the audit log.
+    let (_, p) = get(&app, &format!("/api/v1/plugins/{id}"), ADMIN).await;
+    assert_eq!(p["state"], "quarantined", "{p}");
+    let (_, audit) = get(&app, &format!("/api/v1/audit?action=plugin.quarantine&target={id}"), ADMIN).await;
+    let items = audit["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{audit}");
+    let e = &items[0];
+    assert_eq!(e["actor"], format!("system:run:{run_id}"));
+    assert_eq!(e["detail"]["run_id"], json!(run_id));
+    assert_eq!(e["detail"]["failures"], 3);
+    let cause = e["detail"]["cause"].as_str().unwrap();
+    assert!(cause.starts_with("plugin `hostile` 6.6.6: trapped in `place`"), "{cause}");
+    assert!(cause.contains("hostile plugin gave up on a batch of"), "{cause}");
+    // A quarantined plugin is not offered to the next run.
+    let (s, v) =
+        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "hostile" })).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("policy")), "{v}");
+}

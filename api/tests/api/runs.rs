@@ -64,6 +64,73 @@ async fn a_replay_is_stored_whole_and_read_back(pool: PgPool) {
         assert!(mine.iter().all(|r| r["tenant"] == name));
     }
 
+    // The whole run's latency distributions, computed in SQL when the run was stored, agree
+    // with the records themselves: counts per bin and percentile_cont's percentiles.
+    let (kept,): (i64,) = sqlx::query_as("select count(*) from run_latency where run_id = $1 and tenant = ''")
+        .bind(uuid::Uuid::parse_str(&id).unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1, "computed in the run's own transaction");
+    let (s, lat) = get(&app, &format!("/api/v1/runs/{id}/latency"), &ana).await;
+    assert_eq!(s, StatusCode::OK, "{lat}");
+    assert_eq!(lat["requests"].as_u64().unwrap(), requests);
+    assert!(lat["tenant"].is_null());
+    let ms = |r: &Value, k: &str| r[k].as_f64().filter(|v| *v > 0.0);
+    let e2e =
+        |r: &Value| Some((r["finish_ns"].as_i64()? - r["arrival_ns"].as_i64()?) as f64 / 1e6).filter(|v| *v > 0.0);
+    let columns: [(&str, Vec<f64>); 3] = [
+        ("ttft_ms", recs.iter().filter_map(|r| ms(r, "ttft_ms")).collect()),
+        ("tpot_ms", recs.iter().filter_map(|r| ms(r, "tpot_ms")).collect()),
+        ("e2e_ms", recs.iter().filter_map(e2e).collect()),
+    ];
+    for (name, mut v) in columns {
+        let h = &lat[name];
+        assert_eq!(h["count"].as_u64().unwrap(), v.len() as u64, "{name}");
+        assert!(!v.is_empty(), "{name}");
+        v.sort_by(f64::total_cmp);
+        let edges: Vec<f64> = h["edges_ms"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let counts: Vec<u64> = h["counts"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(edges.len(), counts.len() + 1, "{name}");
+        assert_eq!(counts.iter().sum::<u64>(), v.len() as u64, "{name}: every request in a bin");
+        assert!(edges.windows(2).all(|w| (w[1] / w[0] - 10f64.powf(0.1)).abs() < 1e-9), "{name}: log-spaced");
+        assert!(edges[0] <= v[0] && v[v.len() - 1] < edges[edges.len() - 1], "{name}: the bins span the values");
+        for (i, c) in counts.iter().enumerate() {
+            let inside =
+                v.iter().filter(|x| **x >= edges[i] * (1.0 - 1e-12) && **x < edges[i + 1] * (1.0 - 1e-12)).count();
+            assert!((inside as i64 - *c as i64).abs() <= 1, "{name} bin {i}: {inside} against {c}");
+        }
+        // percentile_cont: linear interpolation between the closest ranks.
+        for (p, key) in [(0.5, "p50_ms"), (0.9, "p90_ms"), (0.99, "p99_ms")] {
+            let pos = p * (v.len() - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            let want = v[lo] + (v[hi] - v[lo]) * (pos - lo as f64);
+            let got = h[key].as_f64().unwrap();
+            assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "{name} {key}: {got} against {want}");
+        }
+        assert_eq!(h["min_ms"].as_f64().unwrap(), v[0]);
+        assert_eq!(h["max_ms"].as_f64().unwrap(), v[v.len() - 1]);
+    }
+    for t in summary["tenants"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let (s, l) = get(&app, &format!("/api/v1/runs/{id}/latency?tenant={name}"), &ana).await;
+        assert_eq!(s, StatusCode::OK, "{l}");
+        assert_eq!(l["tenant"], name);
+        assert_eq!(l["requests"].as_u64().unwrap(), t["requests"].as_u64().unwrap(), "{name}");
+    }
+    let (_, none) = get(&app, &format!("/api/v1/runs/{id}/latency?tenant=nobody"), &ana).await;
+    assert_eq!((none["requests"].as_i64(), none["ttft_ms"]["count"].as_i64()), (Some(0), Some(0)));
+    assert!(none["ttft_ms"]["p50_ms"].is_null() && none["ttft_ms"]["counts"] == json!([]));
+    let (kept,): (i64,) = sqlx::query_as("select count(*) from run_latency where run_id = $1")
+        .bind(uuid::Uuid::parse_str(&id).unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1 + summary["tenants"].as_array().unwrap().len() as i64, "an unknown tenant is not kept");
+    // Kept answers are the computed ones, read back.
+    let (_, again) = get(&app, &format!("/api/v1/runs/{id}/latency"), &ana).await;
+    assert_eq!(again, lat);
+
     let (s, series) = get(&app, &format!("/api/v1/runs/{id}/series"), &ana).await;
     assert_eq!(s, StatusCode::OK);
     let completed: i64 = series["completed"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).sum();
@@ -153,6 +220,25 @@ async fn history_pages_and_filters(pool: PgPool) {
         .await
         .unwrap();
     }
+    for i in 0..2 {
+        sqlx::query(
+            "insert into runs (id, kind, scenario, scenario_toml, policies, status, created_by, created_at) \
+             values (gen_random_uuid(), 'sweep', 'smoke', '', '{dedicated,slice}', 'succeeded', 'test', \
+             now() - make_interval(mins => $1))",
+        )
+        .bind(100 + i)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let sweeps = all_pages(&app, "/api/v1/runs?kind=sweep&limit=1", ADMIN).await;
+    assert_eq!(sweeps.len(), 2);
+    assert!(sweeps.iter().all(|r| r["kind"] == "sweep"));
+    assert_eq!(all_pages(&app, "/api/v1/runs?kind=replay&scenario=smoke", ADMIN).await.len(), 3);
+    assert_eq!(all_pages(&app, "/api/v1/runs?kind=sweep&policy=slice&status=succeeded", ADMIN).await.len(), 2);
+    let (s, v) = get(&app, "/api/v1/runs?kind=teleport", ADMIN).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::BAD_REQUEST, Some("kind")), "{v}");
+    sqlx::query("delete from runs where kind = 'sweep'").execute(&pool).await.unwrap();
     let all = all_pages(&app, "/api/v1/runs?limit=3", ADMIN).await;
     assert_eq!(all.len(), 7);
     let times: Vec<&str> = all.iter().map(|r| r["created_at"].as_str().unwrap()).collect();

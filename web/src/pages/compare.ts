@@ -11,8 +11,8 @@ import type { Page } from './page';
 
 export const comparePage: Page = async (main, ctx) => {
   const id = ctx.route.query.get('run');
-  const sweeps = await api<ApiPage<Run>>(`/runs${qs({ status: 'succeeded', limit: 100 })}`)
-    .then((p) => p.items.filter((r) => r.kind === 'sweep'));
+  const sweeps = await api<ApiPage<Run>>(`/runs${qs({ kind: 'sweep', status: 'succeeded', limit: 100 })}`)
+    .then((p) => p.items);
   const pick = h('select', { id: 'sweep-pick', 'aria-label': 'Sweep run', onchange: () => go(`/compare?run=${pick.value}`) },
     h('option', { value: '' }, sweeps.length ? 'choose a sweep…' : 'no finished sweep'),
     sweeps.map((r) => h('option', { value: String(r.id), selected: String(r.id) === id }, `${shortId(r.id)} ${r.scenario} (${r.policies.join(', ')})`)));
@@ -57,7 +57,7 @@ export const comparePage: Page = async (main, ctx) => {
       : h('p', { class: 'hint' }, `No ratio: dedicated sustains no rate tried at ${pct(t, 0)} violations (or no policy does).`))))));
 
   // Replays of the same scenario, side by side.
-  const replays = await api<ApiPage<Run>>(`/runs${qs({ scenario: rep.scenario, status: 'succeeded', limit: 50 })}`)
+  const replays = await api<ApiPage<Run>>(`/runs${qs({ kind: 'replay', scenario: rep.scenario, status: 'succeeded', limit: 50 })}`)
     .then((p) => p.items.filter((r) => r.kind === 'replay' && r.summary)).catch(() => [] as Run[]);
   if (replays.length) {
     main.append(section(`Replays of ${rep.scenario}`, table(

@@ -6,7 +6,7 @@ import { lineChart } from '../charts/line';
 import { h } from '../dom';
 import { ms, num, pct, shortDur, tokPerS } from '../format';
 import { tenantColor } from '../palette';
-import type { Series, Summary } from '../types';
+import type { LatencyHistogram, RunLatency, Series, Summary } from '../types';
 import { table } from '../ui';
 
 export function seriesCharts(s: Series): HTMLElement[] {
@@ -45,44 +45,32 @@ export function seriesCharts(s: Series): HTMLElement[] {
   return out.filter((x): x is HTMLDivElement => x !== null);
 }
 
-/** TTFT and TPOT of a request, whichever way the API spells them. */
-function latencies(r: Record<string, unknown>): { ttft: number | null; tpot: number | null } {
-  const n = (k: string) => (typeof r[k] === 'number' ? (r[k] as number) : null);
-  let ttft = n('ttft_ms');
-  let tpot = n('tpot_ms');
-  const arr = n('arrival_ns'), first = n('first_token_ns'), fin = n('finish_ns'), out = n('output_tokens');
-  if (ttft === null && arr !== null && first !== null) ttft = (first - arr) / 1e6;
-  if (tpot === null && first !== null && fin !== null && out !== null && out > 1) tpot = (fin - first) / 1e6 / (out - 1);
-  return { ttft, tpot };
-}
-
-export function distributions(rows: Record<string, unknown>[], s: Summary): HTMLElement[] {
-  const l = rows.map(latencies);
-  // A one-token answer has no TPOT (0): left out rather than drawn as the smallest bin.
-  const ttft = l.map((x) => x.ttft).filter((v): v is number => v !== null && v > 0);
-  const tpot = l.map((x) => x.tpot).filter((v): v is number => v !== null && v > 0);
-  const note = h('p', { class: 'hint' },
-    `Histograms of the first ${num(rows.length)} of ${num(s.requests)} requests; percentiles cover all of them: `,
-    `TTFT p50 ${ms(s.ttft_p50_ms)}, p90 ${ms(s.ttft_p90_ms)}, p99 ${ms(s.ttft_p99_ms)}; `,
-    `TPOT p50 ${ms(s.tpot_p50_ms)}, p90 ${ms(s.tpot_p90_ms)}, p99 ${ms(s.tpot_p99_ms)}.`);
+/** The whole run's latency histograms (every request, binned in SQL by the service). */
+export function distributions(l: RunLatency): HTMLElement[] {
+  const pcts = (x: LatencyHistogram) => `p50 ${ms(x.p50_ms)}, p90 ${ms(x.p90_ms)}, p99 ${ms(x.p99_ms)}`;
+  const note = h('p', { class: 'hint', 'data-testid': 'latency-note' },
+    `Every one of the run’s ${num(l.requests)} requests (a one-token answer has no TPOT; dropped requests have neither). `,
+    `TTFT ${pcts(l.ttft_ms)}; TPOT ${pcts(l.tpot_ms)}; end to end ${pcts(l.e2e_ms)}.`);
   return [
-    h('div', { 'data-testid': 'chart-ttft' }, h('h3', null, 'Time to first token'), logHistogram(ttft, 'TTFT', '#4e79a7')),
-    h('div', { 'data-testid': 'chart-tpot' }, h('h3', null, 'Time per output token'), logHistogram(tpot, 'TPOT', '#f28e2b')),
+    h('div', { 'data-testid': 'chart-ttft', 'data-count': l.ttft_ms.count },
+      h('h3', null, 'Time to first token'), logHistogram(l.ttft_ms, 'TTFT', '#4e79a7', l.bins_per_decade)),
+    h('div', { 'data-testid': 'chart-tpot', 'data-count': l.tpot_ms.count },
+      h('h3', null, 'Time per output token'), logHistogram(l.tpot_ms, 'TPOT', '#f28e2b', l.bins_per_decade)),
     h('div', { class: 'span2' }, note),
   ];
 }
 
-/** Latencies span decades, so bins are log-spaced (4 per decade). */
-function logHistogram(v: number[], name: string, color: string): HTMLElement {
-  if (!v.length) return h('p', { class: 'hint' }, `No completed requests with a ${name}.`);
-  const lo = Math.floor(Math.log10(Math.max(1e-3, Math.min(...v))) * 4);
-  const hi = Math.ceil(Math.log10(Math.max(1e-3, ...v)) * 4) + 1;
-  const counts = new Array(Math.max(1, hi - lo)).fill(0);
-  for (const x of v) counts[Math.min(counts.length - 1, Math.floor(Math.log10(Math.max(1e-3, x)) * 4) - lo)]++;
-  return histogram(counts.map((c, i) => {
-    const edge = 10 ** ((lo + i) / 4);
-    return { label: shortDur(edge * 1e6), value: c, color, title: `${ms(edge)}–${ms(10 ** ((lo + i + 1) / 4))}: ${c} requests` };
-  }), { xLabel: `${name} (ms, log bins)`, yLabel: 'requests' });
+/** Latencies span decades, so the service bins them log-spaced; p50/p90/p99 marked. */
+function logHistogram(x: LatencyHistogram, name: string, color: string, perDecade: number): HTMLElement {
+  if (!x.count || !x.counts.length) return h('p', { class: 'hint' }, `No completed requests with a ${name}.`);
+  const every = Math.max(1, Math.ceil(x.counts.length / 8));
+  const marks = [x.p50_ms, x.p90_ms, x.p99_ms];
+  return histogram(x.counts.map((c, i) => {
+    const lo = x.edges_ms[i], hi = x.edges_ms[i + 1];
+    const holds = marks.map((m, k) => (m !== null && m >= lo && m < hi ? ['p50', 'p90', 'p99'][k] : '')).filter(Boolean);
+    return { label: shortDur(lo * 1e6), value: c, color: holds.length ? '#59a14f' : color,
+      title: `${ms(lo)}–${ms(hi)}: ${num(c)} requests${holds.length ? ` (${holds.join(', ')})` : ''}` };
+  }), { xLabel: `${name} (ms, ${perDecade} log bins per decade; green: p50/p90/p99 bins)`, yLabel: 'requests', every });
 }
 
 export function tenantTable(s: Summary): HTMLElement {

@@ -1,8 +1,8 @@
-import { api, qs } from '../api';
+import { api } from '../api';
 import { clear, h } from '../dom';
 import { ms, num, pct, tokPerS, when, shortId } from '../format';
 import { go } from '../router';
-import type { Run, Series, Summary } from '../types';
+import type { Run, RunLatency, Series, Summary } from '../types';
 import { badge, card, errorBox, progressBar, section } from '../ui';
 import { distributions, gpuPanel, seriesCharts, tenantTable } from './run-parts';
 import { requestsTable, schedulingPanel } from './requests';
@@ -81,7 +81,8 @@ async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
   void api<Series>(`/runs/${run.id}/series`)
     .then((series) => seriesBox.append(...seriesCharts(series)))
     .catch((e) => seriesBox.append(errorBox(e)));
-  void api<{ items: Record<string, unknown>[] }>(`/runs/${run.id}/requests${qs({ limit: 1000 })}`)
-    .then((p) => distBox.append(...distributions(p.items, s)))
+  // Histograms of every request of the run, computed by the service in SQL.
+  void api<RunLatency>(`/runs/${run.id}/latency`)
+    .then((l) => distBox.append(...distributions(l)))
     .catch((e) => distBox.append(errorBox(e)));
 }

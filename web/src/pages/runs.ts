@@ -15,7 +15,7 @@ const LIVE_MS = 2000;
 export const runsPage: Page = (main, ctx) => {
   const q = ctx.route.query;
   const f = {
-    policy: q.get('policy') ?? '', scenario: q.get('scenario') ?? '', status: q.get('status') ?? '',
+    kind: q.get('kind') ?? '', policy: q.get('policy') ?? '', scenario: q.get('scenario') ?? '', status: q.get('status') ?? '',
     since: q.get('since') ?? '', until: q.get('until') ?? '',
   };
   // Cursors of the pages before this one, so "Previous" works with forward-only cursors.
@@ -38,7 +38,8 @@ export const runsPage: Page = (main, ctx) => {
     h('div', { class: 'page-head' }, h('h1', null, 'Runs'),
       can('runs.start') ? newRunForm(() => load()) : null),
     h('form', { class: 'filters', 'aria-label': 'Filters', onsubmit: (e: Event) => e.preventDefault() },
-      select('policy', 'Policy', POLICIES), h('label', null, 'Scenario', scenarioInput),
+      select('kind', 'Kind', ['replay', 'sweep']), select('policy', 'Policy', POLICIES),
+      h('label', null, 'Scenario', scenarioInput),
       select('status', 'Status', STATUSES), dateInput('since', 'From'), dateInput('until', 'To')),
     body, pager);
 
@@ -57,7 +58,7 @@ export const runsPage: Page = (main, ctx) => {
     let page: ApiPage<Run>;
     try {
       page = await api<ApiPage<Run>>(`/runs${qs({
-        policy: f.policy, scenario: f.scenario, status: f.status, limit: 25, cursor,
+        kind: f.kind, policy: f.policy, scenario: f.scenario, status: f.status, limit: 25, cursor,
         since: f.since ? new Date(`${f.since}T00:00:00Z`).toISOString() : '',
         until: f.until ? new Date(`${f.until}T23:59:59Z`).toISOString() : '',
       })}`);

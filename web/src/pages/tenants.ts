@@ -2,6 +2,7 @@ import { api, ApiError } from '../api';
 import { lineChart } from '../charts/line';
 import { clear, h } from '../dom';
 import { ms, num, pct, shortId, tokPerS, when } from '../format';
+import { go } from '../router';
 import { can, session } from '../session';
 import type { Page as ApiPage, Sla, Tenant } from '../types';
 import { empty, errorBox, link, section, table } from '../ui';
@@ -58,7 +59,8 @@ export function keyOnce(key: string): HTMLElement {
 export const tenantPage: Page = async (main, ctx) => {
   const id = ctx.route.path[1];
   const t = await api<Tenant>(`/tenants/${id}`);
-  main.append(h('div', { class: 'page-head' }, h('h1', null, t.name, ' ', h('small', null, t.model ?? ''))));
+  main.append(h('div', { class: 'page-head' }, h('h1', null, t.name, ' ', h('small', null, t.model ?? '')),
+    can('tenants.remove') ? removeButton(t) : null));
   const slaBox = h('div'), histBox = h('div'), statsBox = h('div');
   main.append(section('Current SLA', slaBox), section('SLA history', histBox), section('Statistics', statsBox));
   const mine = session.me?.role === 'tenant' && String(session.me.tenant_id) === String(id);
@@ -89,6 +91,23 @@ export const tenantPage: Page = async (main, ctx) => {
   await api<{ runs?: RunStats[] }>(`/tenants/${id}/stats`).then((s) => statsBox.append(statsView(s)))
     .catch((e) => statsBox.append(errorBox(e)));
 };
+
+/** Admins remove a tenant: kept for the record, its keys revoked, its pages gone. */
+function removeButton(t: Tenant): HTMLElement {
+  const msg = h('span', { class: 'form-error', role: 'alert' });
+  return h('div', null, h('button', { class: 'btn btn-danger', 'data-action': 'remove-tenant', onclick: async (e: Event) => {
+    const b = e.currentTarget as HTMLButtonElement;
+    if (!window.confirm(`Remove tenant “${t.name}”? Its keys are revoked at once; its SLA history and the runs that replayed it are kept.`)) return;
+    b.disabled = true;
+    try {
+      await api(`/tenants/${t.id}`, { method: 'DELETE' });
+      go('/tenants');
+    } catch (err) {
+      b.disabled = false;
+      msg.textContent = err instanceof ApiError ? `${err.title}: ${err.detail}` : String(err);
+    }
+  } }, 'Remove tenant'), msg);
+}
 
 function slaForm(id: string, sla: Sla, saved: () => void): HTMLElement {
   const ttft = h('input', { type: 'number', name: 'ttft_ms', min: '0.001', max: '600000', step: 'any', value: String(sla.ttft_ms), required: true });

@@ -67,7 +67,7 @@ export const timelinePage: Page = async (main, ctx) => {
   }
 
   // Pick a second run of the same scenario to stack below (e.g. dedicated vs slice).
-  const peers = await api<ApiPage<Run>>(`/runs${qs({ scenario: run.scenario, status: 'succeeded', limit: 50 })}`)
+  const peers = await api<ApiPage<Run>>(`/runs${qs({ kind: 'replay', scenario: run.scenario, status: 'succeeded', limit: 50 })}`)
     .then((p) => p.items.filter((r) => r.kind === 'replay' && String(r.id) !== String(id)))
     .catch(() => [] as Run[]);
   const pick = h('select', { id: 'compare-run', 'aria-label': 'Stack a second run', onchange: () => {
