@@ -56,6 +56,9 @@ api() { curl -fsS -H "Authorization: Bearer $token" -H 'content-type: applicatio
 base="http://127.0.0.1:$port/api/v1"
 json_id() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval("d" + sys.argv[1]))' "$1"; }
 tenant="$(api "$base/tenants" -d '{"name":"st-tenant","sla":{"ttft_ms":500,"tpot_ms":60}}' | json_id '["tenant"]["id"]')"
+# DELETE /tenants/{id} removes its tenant: give it its own, or every later call on the
+# fixture tenant would only meet a 404.
+doomed="$(api "$base/tenants" -d '{"name":"st-doomed","sla":{"ttft_ms":500,"tpot_ms":60}}' | json_id '["tenant"]["id"]')"
 run="$(api "$base/runs" -d '{"kind":"replay","scenario":"smoke","policy":"dedicated"}' | json_id '["id"]')"
 while api "$base/runs/$run" | grep -q '"status":"\(queued\|running\)"'; do sleep 0.5; done
 plugin="$(api "$base/plugins" | json_id '["items"][0]["id"]')"
@@ -64,9 +67,17 @@ cat >.data/schemathesis.toml <<TOML
 include-path-regex = "^/api/v1/runs/"
 parameters = { "path.id" = "$run" }
 
+# Method and path in one entry are matched together (separate include-method and
+# include-path-regex keys would match either).
 [[operations]]
 include-path-regex = "^/api/v1/tenants/"
+include-method-regex = "^(GET|PUT|POST|PATCH)$"
 parameters = { "path.id" = "$tenant" }
+
+[[operations]]
+include-path-regex = "^/api/v1/tenants/"
+include-method-regex = "^DELETE$"
+parameters = { "path.id" = "$doomed" }
 
 [[operations]]
 include-path-regex = "^/api/v1/plugins/"
