@@ -42,7 +42,10 @@ export const auditPage: Page = (main, ctx) => {
     void load();
   }
 
+  // Only the newest load may draw (a filter changed while an older request was out).
+  let latest = 0;
   async function load(): Promise<void> {
+    const mine = ++latest;
     let page: ApiPage<AuditEntry>;
     try {
       page = await api<ApiPage<AuditEntry>>(`/audit${qs({
@@ -51,11 +54,13 @@ export const auditPage: Page = (main, ctx) => {
         until: f.until ? new Date(`${f.until}T23:59:59Z`).toISOString() : '',
       })}`);
     } catch (e) {
+      if (mine !== latest) return;
       clear(pager);
       body.replaceChildren(errorBox(e, () => void load()));
       if (e instanceof ApiError && e.field) body.append(h('p', { class: 'form-error' }, `Check the ${e.field} filter.`));
       return;
     }
+    if (mine !== latest) return;
     clear(body);
     if (!page.items.length) {
       body.append(empty('No entries', Object.values(f).some(Boolean) ? 'No change matches these filters.' : 'Nothing has been changed yet.'));
