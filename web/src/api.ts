@@ -80,3 +80,14 @@ export function qs(params: Record<string, string | number | boolean | null | und
 }
 
 export const me = (key?: string) => api<Me>('/me', { key });
+
+/** For a list that reloads whenever a filter changes: a late answer to an earlier request
+ *  must not draw over the newer one. `const begin = newestOnly();` once, then per load
+ *  `const stale = begin();` before the request and `if (stale()) return;` after it. */
+export function newestOnly(): () => () => boolean {
+  let n = 0;
+  return () => {
+    const mine = ++n;
+    return () => mine !== n;
+  };
+}

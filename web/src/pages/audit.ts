@@ -1,7 +1,7 @@
 // The audit log (admins only): every change, who made it and when, newest first, with the
 // service's own filters (actor, action, target id, time) and server-side pages.
 
-import { api, ApiError, qs } from '../api';
+import { api, ApiError, qs, newestOnly } from '../api';
 import { clear, h } from '../dom';
 import { when } from '../format';
 import { replaceQuery } from '../router';
@@ -42,10 +42,9 @@ export const auditPage: Page = (main, ctx) => {
     void load();
   }
 
-  // Only the newest load may draw (a filter changed while an older request was out).
-  let latest = 0;
+  const begin = newestOnly();
   async function load(): Promise<void> {
-    const mine = ++latest;
+    const stale = begin();
     let page: ApiPage<AuditEntry>;
     try {
       page = await api<ApiPage<AuditEntry>>(`/audit${qs({
@@ -54,13 +53,13 @@ export const auditPage: Page = (main, ctx) => {
         until: f.until ? new Date(`${f.until}T23:59:59Z`).toISOString() : '',
       })}`);
     } catch (e) {
-      if (mine !== latest) return;
+      if (stale()) return;
       clear(pager);
       body.replaceChildren(errorBox(e, () => void load()));
       if (e instanceof ApiError && e.field) body.append(h('p', { class: 'form-error' }, `Check the ${e.field} filter.`));
       return;
     }
-    if (mine !== latest) return;
+    if (stale()) return;
     clear(body);
     if (!page.items.length) {
       body.append(empty('No entries', Object.values(f).some(Boolean) ? 'No change matches these filters.' : 'Nothing has been changed yet.'));

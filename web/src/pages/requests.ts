@@ -1,6 +1,6 @@
 // Per-request records, paginated by the server (runs can hold a million of them).
 
-import { api, qs } from '../api';
+import { api, qs, newestOnly } from '../api';
 import { clear, h } from '../dom';
 import { ms, num } from '../format';
 import type { Run, Summary } from '../types';
@@ -17,20 +17,19 @@ export function requestsTable(run: Run, s: Summary): HTMLElement {
     h('option', { value: '' }, 'all requests'), h('option', { value: 'true' }, 'violated SLA'), h('option', { value: 'false' }, 'within SLA'));
   const reset = () => { cursors.length = 1; void load(); };
 
-  // Only the newest load may draw (a filter changed while an older request was out).
-  let latest = 0;
+  const begin = newestOnly();
   async function load(): Promise<void> {
-    const mine = ++latest;
+    const stale = begin();
     let page: { items: Record<string, unknown>[]; next_cursor: string | null };
     try {
       page = await api(`/runs/${run.id}/requests${qs({ ...f, limit: 25, cursor: cursors[cursors.length - 1] })}`);
     } catch (e) {
-      if (mine !== latest) return;
+      if (stale()) return;
       clear(body);
       body.append(errorBox(e, () => void load()));
       return;
     }
-    if (mine !== latest) return;
+    if (stale()) return;
     clear(body);
     const col = (r: Record<string, unknown>, k: string) => r[k] as number | null | undefined;
     body.append(h('table', { class: 'tbl requests', 'data-testid': 'requests-table' },

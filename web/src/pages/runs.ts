@@ -1,4 +1,4 @@
-import { api, ApiError, qs } from '../api';
+import { api, ApiError, qs, newestOnly } from '../api';
 import { clear, h } from '../dom';
 import { pct, shortId, tokPerS, wall, when } from '../format';
 import { replaceQuery } from '../router';
@@ -52,12 +52,10 @@ export const runsPage: Page = (main, ctx) => {
     void load();
   }
 
-  // Only the newest load may draw: a filter changed while an older (unfiltered or
-  // live-refresh) request was in flight must not be overwritten by its late answer.
-  let latest = 0;
+  const begin = newestOnly();
   async function load(): Promise<void> {
     clearTimeout(timer);
-    const mine = ++latest;
+    const stale = begin();
     const cursor = cursors[cursors.length - 1];
     let page: ApiPage<Run>;
     try {
@@ -67,14 +65,14 @@ export const runsPage: Page = (main, ctx) => {
         until: f.until ? new Date(`${f.until}T23:59:59Z`).toISOString() : '',
       })}`);
     } catch (e) {
-      if (mine !== latest) return;
+      if (stale()) return;
       clear(body);
       clear(pager);
       body.append(errorBox(e, () => void load()));
       if (e instanceof ApiError && e.unreachable) timer = window.setTimeout(load, LIVE_MS * 3);
       return;
     }
-    if (mine !== latest) return;
+    if (stale()) return;
     clear(body);
     if (!page.items.length) {
       body.append(empty('No runs match', Object.values(f).some(Boolean)
