@@ -108,6 +108,7 @@ fn bare_call(pol: &mut dyn Policy, calls: u32) -> f64 {
         instances: &[],
         group_links: &[],
         epoch: slicesched_policy::new_epoch(),
+        what_if: Default::default(),
     };
     let mut out = Vec::new();
     let t = Instant::now();

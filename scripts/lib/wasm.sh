@@ -5,7 +5,7 @@
 # be added), else Debian's rustc-web, cargo-web and rust-web-src, which build the
 # standard library from source (see ../shared/docs/wasm-toolchain.md).
 
-SHIPPED_PLUGINS="dedicated timeslice mps pooled slice template"
+SHIPPED_PLUGINS="dedicated timeslice mps pooled slice template earliest"
 
 ensure_wasm_toolchain() {
     if rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then

@@ -2,7 +2,7 @@
 //! Wasm host hand a policy. Buffers are refilled in place, so a decision allocates
 //! nothing once they have grown.
 
-use crate::{InstanceView, ReadyOp, ReplicaMode, View};
+use crate::{InstanceView, Probe, ProbeOutcome, ReadyOp, ReplicaMode, TenantDelay, Verdict, View, WhatIfHandle};
 use slicesched_hw::LinkKind;
 use slicesched_model::OpKind;
 use slicesched_plugin_sdk as sdk;
@@ -136,6 +136,78 @@ pub fn replica_mode(m: sdk::ReplicaMode) -> ReplicaMode {
     }
 }
 
+/// Buffers reused to answer a policy's probes (a decision allocates nothing once they
+/// have grown).
+#[derive(Debug, Default)]
+pub struct ProbeBuffers {
+    probes: Vec<Probe>,
+    /// For each probe sent to the core, its index among the policy's probes.
+    from: Vec<u32>,
+    outcomes: Vec<ProbeOutcome>,
+    delays: Vec<TenantDelay>,
+}
+
+/// Answers a policy's probes, which name ops by their index in `ready`, with the
+/// core's what-if, in the SDK's terms. An index outside the batch is `NotOffered`.
+pub fn answer_probes(
+    what_if: WhatIfHandle<'_>,
+    ready: &[ReadyOp],
+    probes: &[sdk::Probe],
+    bufs: &mut ProbeBuffers,
+    answer: &mut sdk::WhatIfAnswer,
+) {
+    bufs.probes.clear();
+    bufs.from.clear();
+    for (k, p) in probes.iter().enumerate() {
+        if let Some(r) = ready.get(p.op as usize) {
+            bufs.probes.push(Probe { op: r.op, group: slicesched_gmg::GroupId(p.group), priority: p.priority });
+            bufs.from.push(k as u32);
+        }
+    }
+    bufs.outcomes.clear();
+    bufs.delays.clear();
+    what_if.ask(&bufs.probes, &mut bufs.outcomes, &mut bufs.delays);
+    answer.outcomes.clear();
+    let mut asked = bufs.outcomes.iter();
+    answer.outcomes.extend(probes.iter().map(|p| match ready.get(p.op as usize).and_then(|_| asked.next()) {
+        Some(o) => outcome(o),
+        None => outcome(&ProbeOutcome::empty(Verdict::NotOffered)),
+    }));
+    answer.delays.clear();
+    answer.delays.extend(bufs.delays.iter().map(|d| sdk::Delay {
+        probe: bufs.from[d.probe as usize],
+        tenant: d.tenant.0,
+        delay_ns: d.delay_ns,
+    }));
+}
+
+pub fn outcome(o: &ProbeOutcome) -> sdk::Outcome {
+    sdk::Outcome {
+        verdict: verdict(o.verdict),
+        start_ns: o.start_ns,
+        finish_ns: o.finish_ns,
+        transfer_ns: o.transfer_ns,
+        transfer_bytes: o.transfer_bytes,
+        peak_bytes: o.peak_bytes,
+    }
+}
+
+pub fn verdict(v: Verdict) -> sdk::Verdict {
+    match v {
+        Verdict::Accepted => sdk::Verdict::Accepted,
+        Verdict::NotOffered => sdk::Verdict::NotOffered,
+        Verdict::NoSuchGroup => sdk::Verdict::NoSuchGroup,
+        Verdict::AttentionAway => sdk::Verdict::AttentionAway,
+        Verdict::WeightsMissing => sdk::Verdict::WeightsMissing,
+        Verdict::GuestMemory => sdk::Verdict::GuestMemory,
+        Verdict::OwnerGuard => sdk::Verdict::OwnerGuard,
+        Verdict::MemoryOverCapacity => sdk::Verdict::MemoryOverCapacity,
+        Verdict::DelaysOwner => sdk::Verdict::DelaysOwner,
+        Verdict::TimelineRefused => sdk::Verdict::TimelineRefused,
+        Verdict::OverBudget => sdk::Verdict::OverBudget,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +226,7 @@ mod tests {
             instances: &[],
             group_links: &[],
             epoch,
+            what_if: Default::default(),
         }
     }
 

@@ -18,8 +18,10 @@ use slicesched_model::OpKind;
 
 pub mod convert;
 mod native;
+mod probe;
 mod switch;
 pub use native::Native;
+pub use probe::{Probe, ProbeOutcome, TenantDelay, Verdict, WhatIf, WhatIfHandle};
 pub use switch::{SwitchError, SwitchHandle, Switchable};
 
 /// A ready operator offered to the policy.
@@ -106,6 +108,8 @@ pub struct View<'a> {
     /// same epoch have the same. Adapters copy that part into a policy's terms only
     /// when the epoch changes, not per decision (see [`new_epoch`]).
     pub epoch: u64,
+    /// The core's what-if about the batch being decided: offered to `place` only.
+    pub what_if: WhatIfHandle<'a>,
 }
 
 /// A fresh epoch, for a view whose cluster, deployment or links are new.

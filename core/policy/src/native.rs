@@ -1,8 +1,8 @@
 //! Shipped policies run natively: the plugin crates' own source, called through the
 //! SDK's types, so the native and the Wasm build of a policy are one program.
 
-use crate::convert::{fill_view, instance, ready_op, replica_mode};
-use crate::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View};
+use crate::convert::{answer_probes, fill_view, instance, ready_op, replica_mode, ProbeBuffers};
+use crate::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View, WhatIfHandle};
 use slicesched_gmg::GroupId;
 use slicesched_plugin_sdk as sdk;
 
@@ -17,6 +17,7 @@ pub struct Native<P> {
     instances: Vec<sdk::Instance>,
     /// Epoch of the run-constant part held in `view`.
     epoch: u64,
+    probes: ProbeBuffers,
 }
 
 impl<P: sdk::Policy> Native<P> {
@@ -30,6 +31,7 @@ impl<P: sdk::Policy> Native<P> {
             out: Vec::new(),
             instances: Vec::new(),
             epoch: 0,
+            probes: ProbeBuffers::default(),
         }
     }
 }
@@ -61,7 +63,8 @@ impl<P: sdk::Policy + Send> Policy for Native<P> {
         self.out.clear();
         // A native policy is trusted code; an error or an op index out of range still
         // only leaves ops to the core, which runs them home and counts why.
-        if self.policy.place(&self.view, &self.ready, &mut self.out).is_ok() {
+        let mut what_if = CoreWhatIf { handle: view.what_if, ready, bufs: &mut self.probes };
+        if self.policy.place_with_what_if(&self.view, &self.ready, &mut what_if, &mut self.out).is_ok() {
             out.extend(self.out.iter().filter_map(|p| {
                 let r = ready.get(p.op as usize)?;
                 Some(Placement { op: r.op, group: GroupId(p.group), priority: p.priority })
@@ -99,5 +102,18 @@ impl<P: sdk::Policy + Send> Policy for Native<P> {
         self.instances.clear();
         self.instances.extend(instances.iter().map(instance));
         self.policy.route(&self.view, &self.instances).map_or(0, |k| k as usize)
+    }
+}
+
+/// The core's what-if in the SDK's terms, for the batch being placed.
+struct CoreWhatIf<'a> {
+    handle: WhatIfHandle<'a>,
+    ready: &'a [ReadyOp],
+    bufs: &'a mut ProbeBuffers,
+}
+
+impl sdk::WhatIf for CoreWhatIf<'_> {
+    fn ask(&mut self, probes: &[sdk::Probe], answer: &mut sdk::WhatIfAnswer) {
+        answer_probes(self.handle, self.ready, probes, self.bufs, answer);
     }
 }

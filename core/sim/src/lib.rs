@@ -13,6 +13,7 @@
 mod devices;
 mod metrics;
 mod place;
+mod probe;
 mod planner;
 mod record;
 mod replay;

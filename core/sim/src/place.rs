@@ -4,7 +4,7 @@
 use crate::replay::{Ev, Sim};
 use slicesched_gmg::{GroupId, MemoryKind, OpId, OpState, TenantId};
 use slicesched_model::OpKind;
-use slicesched_policy::{InstanceView, ReadyOp, TenantView, View};
+use slicesched_policy::{InstanceView, ReadyOp, TenantView, Verdict, View};
 
 /// The policy's view, borrowing only the fields it shows (so the policy itself and
 /// the output buffers stay mutably borrowable).
@@ -21,23 +21,24 @@ macro_rules! view {
             instances: &$s.inst_views,
             group_links: &$s.group_links,
             epoch: $s.epoch,
+            what_if: Default::default(),
         }
     };
 }
 pub(crate) use view;
 
 /// Owners' ops go first at every op boundary, whatever priority a policy gives.
-const OWNER_BOOST: i32 = 1 << 24;
+pub(crate) const OWNER_BOOST: i32 = 1 << 24;
 
 /// A reusable what-if answer buffer, lent out from `&self` checks.
 #[derive(Default)]
 pub(crate) struct Scratch(std::cell::Cell<Option<slicesched_whatif::WhatIf>>);
 
 impl Scratch {
-    fn take(&self) -> slicesched_whatif::WhatIf {
+    pub(crate) fn take(&self) -> slicesched_whatif::WhatIf {
         self.0.take().unwrap_or_default()
     }
-    fn put(&self, w: slicesched_whatif::WhatIf) {
+    pub(crate) fn put(&self, w: slicesched_whatif::WhatIf) {
         self.0.set(Some(w));
     }
 }
@@ -203,15 +204,25 @@ impl Sim<'_> {
         if self.policy.reads_view() {
             self.build_views();
         }
-        let view = view!(self);
-        self.placements.clear();
-        self.policy.place(&view, &self.ready_view, &mut self.placements);
+        let mut placements = std::mem::take(&mut self.placements);
+        placements.clear();
+        {
+            // The policy may ask the core's what-if (`crate::probe`) about the batch
+            // while it decides: lend it the simulator's state read-only, with the
+            // policy itself set aside for the call.
+            let policy = std::mem::replace(&mut self.policy, Box::leak(Box::new(Unset)));
+            let mut view = view!(self);
+            if self.timeline.is_some() {
+                view.what_if = slicesched_policy::WhatIfHandle(Some(&*self));
+            }
+            policy.place(&view, &self.ready_view, &mut placements);
+            self.policy = policy;
+        }
         self.stats.decisions += 1;
 
-        let placements = std::mem::take(&mut self.placements);
         for p in &placements {
             let Some(r) = self.ready_view.iter().find(|r| r.op == p.op).copied() else {
-                self.reject("op not offered");
+                self.reject(Verdict::NotOffered.reason());
                 continue;
             };
             if self.gmg.op(p.op).state != OpState::Ready {
@@ -219,13 +230,13 @@ impl Sim<'_> {
                 continue;
             }
             let verdict = if p.group.index() >= self.scn.deployment.groups.len() {
-                Err("no such GPU group")
+                Err(Verdict::NoSuchGroup)
             } else {
                 let c = self.costs(r.op, p.group);
                 self.check(&r, p.group, &c).map_or(Ok((p.group, c)), Err)
             };
-            let (group, c) = verdict.unwrap_or_else(|reason| {
-                self.reject(reason);
+            let (group, c) = verdict.unwrap_or_else(|v| {
+                self.reject(v.reason());
                 (r.home, self.costs(r.op, r.home))
             });
             self.commit(&r, group, p.priority, c);
@@ -282,7 +293,7 @@ impl Sim<'_> {
 
     /// What running `op` on `group` costs, computed once per placement and shared by
     /// the checks, the timeline and the queue.
-    fn costs(&self, op: OpId, group: GroupId) -> Costs {
+    pub(crate) fn costs(&self, op: OpId, group: GroupId) -> Costs {
         let (xfer_ns, xfer_bytes) = self.transfer(op, group);
         Costs { xfer_ns, xfer_bytes, dur: self.duration(op, group) }
     }
@@ -304,17 +315,17 @@ impl Sim<'_> {
     }
 
     /// Why a placement on an existing group breaks an invariant, if it does.
-    fn check(&self, r: &ReadyOp, group: GroupId, c: &Costs) -> Option<&'static str> {
+    pub(crate) fn check(&self, r: &ReadyOp, group: GroupId, c: &Costs) -> Option<Verdict> {
         let dep = &self.scn.deployment;
         if group == r.home {
             return None;
         }
         if r.kind == OpKind::Attention {
-            return Some("attention away from its KV cache");
+            return Some(Verdict::AttentionAway);
         }
         let layers = self.scn.tenants[r.tenant.index()].model.num_hidden_layers as u32;
         if !dep.holds(r.tenant, group, r.layer, layers) {
-            return Some("weights not resident on the group");
+            return Some(Verdict::WeightsMissing);
         }
         // Memory safety: a borrowed op lives in the host's guest reserve.
         let (xfer_ns, dur) = (c.xfer_ns, c.dur);
@@ -323,7 +334,7 @@ impl Sim<'_> {
         if gpus.iter().any(|g| {
             self.stats.guest_bytes[g.0 as usize] + need > self.scn.guest_reserve.get(g.0 as usize).copied().unwrap_or(0)
         }) {
-            return Some("guest memory reserve exhausted");
+            return Some(Verdict::GuestMemory);
         }
         // SLA protection: the borrowed op must be done before the owner needs its GPU,
         // give or take a tenth of the owner's TPOT target.
@@ -337,7 +348,7 @@ impl Sim<'_> {
                 }
                 let guard = self.scn.tenants[owner.index()].sla.tpot_target_ns() / 10;
                 if dur > guard || finish > self.owner_need[g.0 as usize].saturating_add(guard) {
-                    return Some("would delay the GPU's owner past its guard");
+                    return Some(Verdict::OwnerGuard);
                 }
             }
         }
@@ -346,22 +357,20 @@ impl Sim<'_> {
 
     /// Asks the committed timeline what the borrow does: it must fit in memory and
     /// must not push any committed op of the GPU's owners back past their guard.
-    fn what_if_check(&self, r: &ReadyOp, group: GroupId, dur: u64, xfer_ns: u64, mem: u64) -> Option<&'static str> {
+    fn what_if_check(&self, r: &ReadyOp, group: GroupId, dur: u64, xfer_ns: u64, mem: u64) -> Option<Verdict> {
         let tl = self.timeline.as_ref()?;
         let cand = self.candidate(r.op, r.tenant, group, dur, OWNER_BOOST - 1, self.now + xfer_ns, mem, u64::MAX);
         let mut out = self.whatif_scratch.take();
         let verdict = match tl.what_if(std::slice::from_ref(&cand), &mut out) {
-            Err(_) => Some("what-if refused the candidate"),
-            Ok(()) if !out.candidates.first().is_some_and(|c| c.fits) => {
-                Some("what-if: predicted peak memory over capacity")
-            }
+            Err(_) => Some(Verdict::TimelineRefused),
+            Ok(()) if !out.candidates.first().is_some_and(|c| c.fits) => Some(Verdict::MemoryOverCapacity),
             Ok(()) => {
                 let owners = &self.dev.queues[self.dev.queue_of(group, r.tenant)].owners;
                 out.tenant_delays.iter().find_map(|&(t, delay)| {
                     let t = TenantId(t);
                     let guard = self.scn.tenants[t.index()].sla.tpot_target_ns() / 10;
                     (t != r.tenant && owners.contains(&t) && delay > guard)
-                        .then_some("what-if: delays the GPU's owner past its guard")
+                        .then_some(Verdict::DelaysOwner)
                 })
             }
         };
@@ -370,7 +379,7 @@ impl Sim<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn candidate(
+    pub(crate) fn candidate(
         &self,
         op: OpId,
         tenant: TenantId,
@@ -562,4 +571,14 @@ impl Sim<'_> {
             }
         }
     }
+}
+
+/// Stands in for the policy while it is lent out for a call (never called).
+struct Unset;
+
+impl slicesched_policy::Policy for Unset {
+    fn name(&self) -> &str {
+        "unset"
+    }
+    fn place(&mut self, _: &View<'_>, _: &[ReadyOp], _: &mut Vec<slicesched_policy::Placement>) {}
 }

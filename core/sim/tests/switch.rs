@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use slicesched_policy::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, SwitchHandle, Switchable, View};
-use slicesched_sim::{plan, replay, ReplayOptions};
+use slicesched_sim::{plan, replay};
 
 const SMOKE: &str = include_str!("../../../scenarios/smoke.toml");
 

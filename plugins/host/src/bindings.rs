@@ -1,8 +1,21 @@
-//! Host bindings of the frozen interface `slicesched:policy@0.1.0`.
+//! Host bindings of each frozen interface version the host loads.
 
-wasmtime::component::bindgen!({
-    path: "../wit/since_v0.1.0",
-    world: "plugin",
-});
+/// `slicesched:policy@0.1.0`.
+pub mod v1 {
+    wasmtime::component::bindgen!({
+        path: "../wit/since_v0.1.0",
+        world: "plugin",
+    });
 
-pub use exports::slicesched::policy::policy as wit;
+    pub use exports::slicesched::policy::policy as wit;
+}
+
+/// `slicesched:policy@0.2.0`.
+pub mod v2 {
+    wasmtime::component::bindgen!({
+        path: "../wit/since_v0.2.0",
+        world: "plugin",
+    });
+
+    pub use exports::slicesched::policy::policy as wit;
+}

@@ -4,7 +4,9 @@
 //!
 //! - One [`wasmtime::Engine`]; each component compiled once per content (SHA-256) and
 //!   pre-instantiated; a Store per loaded plugin.
-//! - No WASI: the linker provides only `host.log`. No clock, randomness or files.
+//! - No WASI: the linker provides only the `host` interface (`log`; from 0.2.0 also
+//!   `what-if`, which answers from the core's timeline during `place`). No clock,
+//!   randomness or files.
 //! - Fuel per call (deterministic: the same replay stops a runaway plugin at the same
 //!   instruction), and a cap on linear memory.
 //! - Every answer is checked ([`WasmPolicy`]); a trap, fuel exhaustion, the memory cap,
@@ -22,7 +24,7 @@
 //! ```
 
 mod bindings;
-mod convert;
+mod wire;
 mod error;
 mod policy;
 mod sandbox;
@@ -30,7 +32,7 @@ pub mod toolchain;
 
 pub use error::{Cause, PluginError};
 pub use policy::{PluginStats, WasmPolicy};
-pub use sandbox::SUPPORTED;
+pub use sandbox::{PROBES_PER_CALL, SUPPORTED};
 use slicesched_policy::Policy;
 
 /// Limits a plugin runs under.

@@ -1,14 +1,13 @@
 //! `WasmPolicy`: a plugin behind the core's `Policy` trait, with every answer checked
 //! and every failure turned into the safe built-in's decision.
 
-use crate::bindings::wit;
 use crate::error::{Cause, PluginError};
 use crate::sandbox::{compile, Compiled, Sandbox};
-use crate::{convert, PluginOptions};
+use crate::PluginOptions;
 use slicesched_gmg::GroupId;
 use slicesched_model::OpKind;
 use slicesched_plugin_sdk as sdk;
-use slicesched_policy::convert::{fill_static, ready_op, replica_mode};
+use slicesched_policy::convert::{fill_static, replica_mode};
 use slicesched_policy::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View};
 
 /// Failures kept for inspection (the count goes on past it).
@@ -32,6 +31,10 @@ pub struct PluginStats {
     pub max_fuel: u64,
     /// Fuel all successful calls used (Wasm instructions, roughly).
     pub fuel_used: u64,
+    /// Probes the plugin asked the core's what-if about (interface 0.2.0), and those
+    /// refused unanswered because a call's budget was spent.
+    pub probes: u64,
+    pub probes_over_budget: u64,
 }
 
 /// A policy plugin loaded in the sandbox.
@@ -42,11 +45,9 @@ pub struct WasmPolicy {
     info: sdk::Info,
     stats: PluginStats,
     // Buffers refilled per call (`sdk_view` holds only the run-constant part, for
-    // `configure`).
+    // `configure`; each version's wire buffers live with the instance).
     sdk_view: sdk::View,
-    view: wit::View,
-    ready: Vec<wit::ReadyOp>,
-    instances: Vec<wit::Instance>,
+    answer: Vec<sdk::Placement>,
     seen: Vec<bool>,
     /// Epoch of the deployment the live instance was configured with (None: not yet).
     configured: Option<u64>,
@@ -59,8 +60,8 @@ impl WasmPolicy {
         let compiled = compile(bytes).map_err(anon)?;
         let mut sandbox = Sandbox::new(&compiled, opts.fuel_per_call, opts.memory_cap_bytes).map_err(anon)?;
         sandbox.arm();
-        let info = match sandbox.plugin.slicesched_policy_policy().call_describe(&mut sandbox.store) {
-            Ok(i) => convert::info(i),
+        let info = match sandbox.plugin.describe(&mut sandbox.store) {
+            Ok(i) => i,
             Err(e) => return Err(anon(sandbox.classify("describe", e))),
         };
         if info.name.is_empty() || info.name.len() > 64 || info.name.chars().any(char::is_control) {
@@ -73,9 +74,7 @@ impl WasmPolicy {
             info,
             stats: PluginStats::default(),
             sdk_view: sdk::View::default(),
-            view: convert::empty_view(),
-            ready: Vec::new(),
-            instances: Vec::new(),
+            answer: Vec::new(),
             seen: Vec::new(),
             configured: None,
         })
@@ -149,17 +148,15 @@ impl WasmPolicy {
         }
     }
 
-    /// Refills the view for a call, configuring the instance first when the deployment
-    /// is new to it. Err: the plugin failed (and is counted as such).
-    fn load_view(&mut self, view: &View<'_>, instances: bool) -> Result<(), ()> {
-        convert::fill(view, &mut self.view, instances);
+    /// Configures the instance when the deployment is new to it. Err: the plugin
+    /// failed (and is counted as such).
+    fn configure(&mut self, view: &View<'_>) -> Result<(), ()> {
         if view.epoch != 0 && self.configured == Some(view.epoch) {
             return Ok(());
         }
         fill_static(view, &mut self.sdk_view);
-        let d = convert::deployment(&self.sdk_view);
         let Some(s) = armed(&mut self.sandbox, &mut self.stats) else { return Err(()) };
-        match s.plugin.slicesched_policy_policy().call_configure(&mut s.store, &d) {
+        match s.plugin.configure(&mut s.store, view, &self.sdk_view) {
             Ok(Ok(())) => {
                 self.configured = Some(view.epoch);
                 Ok(())
@@ -177,7 +174,7 @@ impl WasmPolicy {
     }
 
     /// Checks an answer against the batch and the deployment.
-    fn validate(&mut self, view: &View<'_>, ready: &[ReadyOp], answer: &[wit::Placement]) -> Result<(), Cause> {
+    fn validate(&mut self, view: &View<'_>, ready: &[ReadyOp], answer: &[sdk::Placement]) -> Result<(), Cause> {
         let hook = "place";
         if answer.len() > ready.len() {
             let detail = format!("{} placements for {} ops", answer.len(), ready.len());
@@ -238,15 +235,18 @@ impl Policy for WasmPolicy {
             self.stats.fallback_decisions += 1;
             return fallback(ready, out);
         }
-        if self.load_view(view, false).is_err() {
+        if self.configure(view).is_err() {
             return fallback(ready, out);
         }
-        self.ready.clear();
-        self.ready.extend(ready.iter().map(|r| convert::ready_op(&ready_op(r))));
         let s = armed(&mut self.sandbox, &mut self.stats).expect("checked above");
-        let answer = s.plugin.slicesched_policy_policy().call_place(&mut s.store, &self.view, &self.ready);
-        let answer = match answer {
-            Ok(Ok(list)) => list,
+        let mut answer = std::mem::take(&mut self.answer);
+        answer.clear();
+        let result = s.plugin.place(&mut s.store, view, ready, &mut answer);
+        let (asked, over) = s.store.data_mut().take_probe_counts();
+        self.stats.probes += asked;
+        self.stats.probes_over_budget += over;
+        match result {
+            Ok(Ok(())) => {}
             Ok(Err(message)) => return self.fail_place(Cause::Refused { hook: "place", message }, ready, out),
             Err(e) => {
                 let cause = self.sandbox.as_mut().expect("called").classify("place", e);
@@ -254,14 +254,15 @@ impl Policy for WasmPolicy {
             }
         };
         self.note_fuel();
-        if let Err(cause) = self.validate(view, ready, &answer) {
-            return self.fail_place(cause, ready, out);
+        match self.validate(view, ready, &answer) {
+            Ok(()) => out.extend(answer.iter().map(|p| Placement {
+                op: ready[p.op as usize].op,
+                group: GroupId(p.group),
+                priority: p.priority,
+            })),
+            Err(cause) => self.fail_place(cause, ready, out),
         }
-        out.extend(answer.iter().map(|p| Placement {
-            op: ready[p.op as usize].op,
-            group: GroupId(p.group),
-            priority: p.priority,
-        }));
+        self.answer = answer;
     }
 
     fn reads_view(&self) -> bool {
@@ -286,12 +287,11 @@ impl Policy for WasmPolicy {
             self.stats.fallback_decisions += 1;
             return safe;
         }
-        if self.load_view(view, true).is_err() {
+        if self.configure(view).is_err() {
             return safe;
         }
-        let wi = convert::instance(&slicesched_policy::convert::instance(inst));
         let s = armed(&mut self.sandbox, &mut self.stats).expect("checked above");
-        match s.plugin.slicesched_policy_policy().call_admit(&mut s.store, &self.view, wi) {
+        match s.plugin.admit(&mut s.store, view, inst) {
             Ok(Ok(yes)) => {
                 self.note_fuel();
                 yes
@@ -313,14 +313,11 @@ impl Policy for WasmPolicy {
             self.stats.fallback_decisions += 1;
             return 0;
         }
-        if self.load_view(view, true).is_err() {
+        if self.configure(view).is_err() {
             return 0;
         }
-        self.instances.clear();
-        self.instances.extend(instances.iter().map(|i| convert::instance(&slicesched_policy::convert::instance(i))));
         let s = armed(&mut self.sandbox, &mut self.stats).expect("checked above");
-        let answer = s.plugin.slicesched_policy_policy().call_route(&mut s.store, &self.view, &self.instances);
-        match answer {
+        match s.plugin.route(&mut s.store, view, instances) {
             Ok(Ok(k)) if (k as usize) < instances.len() => {
                 self.note_fuel();
                 k as usize

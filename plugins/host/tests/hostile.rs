@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use slicesched_plugin_host::{Cause, PluginOptions, WasmPolicy};
+use slicesched_plugin_host::{Cause, PluginOptions, PluginStats, WasmPolicy, PROBES_PER_CALL};
 use slicesched_sim::ReplayOptions;
 
 const QUARANTINE_AFTER: u32 = 3;
@@ -14,7 +14,7 @@ const FUEL: u64 = 20_000_000;
 /// Replays smoke under the hostile build `feature`; checks the run against the safe
 /// built-in's and returns the failures. The plugin is offered every op, attention
 /// included (the core does not place any with its producer).
-fn hostile_replay(feature: &str) -> (Vec<Cause>, serde_json::Value) {
+fn hostile_replay(feature: &str) -> (Vec<Cause>, serde_json::Value, PluginStats) {
     let scn = scenario("smoke", Some(20.0));
     let every_op = || ReplayOptions { follow_producer: false, ..Default::default() };
     let mut base = slicesched_policy::builtin("dedicated").unwrap();
@@ -35,26 +35,36 @@ fn hostile_replay(feature: &str) -> (Vec<Cause>, serde_json::Value) {
         assert!(text.starts_with("plugin `hostile` 6.6.6: "), "{text}");
     }
     assert!(matches!(s.errors.last().unwrap().cause, Cause::Quarantined { failures: QUARANTINE_AFTER }));
-    (s.errors[..s.errors.len() - 1].iter().map(|e| e.cause.clone()).collect(), comparable(&r))
+    (s.errors[..s.errors.len() - 1].iter().map(|e| e.cause.clone()).collect(), comparable(&r), s.clone())
 }
 
 #[test]
 fn an_endless_loop_runs_out_of_fuel_at_the_same_point_every_time() {
-    let (causes, first) = hostile_replay("spin");
-    let (_, second) = hostile_replay("spin");
+    let (causes, first, _) = hostile_replay("spin");
+    let (_, second, _) = hostile_replay("spin");
     assert_eq!(first, second, "fuel makes interruption, and so the replay, deterministic");
     assert!(causes.iter().all(|c| matches!(c, Cause::FuelExhausted { hook: "place", fuel: FUEL })), "{causes:?}");
 }
 
 #[test]
+fn a_probe_storm_is_bounded_by_the_probe_budget_and_ends_with_the_fuel() {
+    let (causes, _, stats) = hostile_replay("probe-storm");
+    // Each failed call asked its whole budget, and went on asking past it.
+    assert!(stats.probes >= u64::from(QUARANTINE_AFTER) * u64::from(PROBES_PER_CALL), "{stats:?}");
+    assert!(stats.probes <= stats.calls * u64::from(PROBES_PER_CALL), "{stats:?}");
+    assert!(stats.probes_over_budget > stats.probes, "{stats:?}");
+    assert!(causes.iter().all(|c| matches!(c, Cause::FuelExhausted { hook: "place", fuel: FUEL })), "{causes:?}");
+}
+
+#[test]
 fn a_memory_bomb_hits_the_cap() {
-    let (causes, _) = hostile_replay("bomb");
+    let (causes, _, _) = hostile_replay("bomb");
     assert!(causes.iter().all(|c| matches!(c, Cause::MemoryCap { hook: "place", .. })), "{causes:?}");
 }
 
 #[test]
 fn a_panic_traps_and_its_message_reaches_the_host() {
-    let (causes, _) = hostile_replay("panic");
+    let (causes, _, _) = hostile_replay("panic");
     for c in &causes {
         let Cause::Trap { log: Some(log), .. } = c else { panic!("{c:?}") };
         assert!(log.contains("hostile plugin gave up on a batch of"), "{log}");
@@ -63,14 +73,14 @@ fn a_panic_traps_and_its_message_reaches_the_host() {
 
 #[test]
 fn an_error_answer_is_a_refusal() {
-    let (causes, _) = hostile_replay("refuse");
+    let (causes, _, _) = hostile_replay("refuse");
     assert!(causes.iter().all(|c| matches!(c, Cause::Refused { message, .. } if message == "refusing to decide")));
 }
 
 #[test]
 fn garbage_and_oversized_answers_are_malformed() {
     for feature in ["garbage", "oversized"] {
-        let (causes, _) = hostile_replay(feature);
+        let (causes, _, _) = hostile_replay(feature);
         assert!(causes.iter().all(|c| matches!(c, Cause::Malformed { hook: "place", .. })), "{feature}: {causes:?}");
     }
 }
@@ -82,7 +92,7 @@ fn placements_the_core_would_refuse_are_invalid() {
         ("no-weights", "weights not resident on the group"),
         ("attention-away", "attention away from its KV cache"),
     ] {
-        let (causes, _) = hostile_replay(feature);
+        let (causes, _, _) = hostile_replay(feature);
         assert!(
             causes.iter().all(|c| matches!(c, Cause::InvalidPlacement { reason: r, .. } if *r == reason)),
             "{feature}: {causes:?}"

@@ -2,7 +2,7 @@
 //! misbehaviour in `place`, after a first well-behaved call, so the host sees a
 //! plugin that loads fine and goes wrong in the decision loop.
 
-use slicesched_plugin_sdk::{Info, Placement, Policy, ReadyOp, View};
+use slicesched_plugin_sdk::{Info, Placement, Policy, ReadyOp, View, WhatIf};
 
 #[derive(Default)]
 pub struct Hostile {
@@ -22,6 +22,33 @@ impl Policy for Hostile {
             return Ok(());
         }
         misbehave(view, ready, out)
+    }
+
+    fn place_with_what_if(
+        &mut self,
+        view: &View,
+        ready: &[ReadyOp],
+        what_if: &mut dyn WhatIf,
+        out: &mut Vec<Placement>,
+    ) -> Result<(), String> {
+        if cfg!(feature = "probe-storm") && self.calls >= 1 {
+            storm(what_if, ready);
+        }
+        self.place(view, ready, out)
+    }
+}
+
+/// Probes without end: 1 000 per ask, half naming ops that do not exist.
+fn storm(what_if: &mut dyn WhatIf, ready: &[ReadyOp]) -> ! {
+    use slicesched_plugin_sdk::{Probe, WhatIfAnswer};
+    let probes: Vec<Probe> = (0..1_000u32)
+        .map(|k| Probe { op: if k % 2 == 0 { k } else { u32::MAX - k }, group: k % 3, priority: k as i32 })
+        .collect();
+    let mut answer = WhatIfAnswer::default();
+    let mut seen = 0u64;
+    loop {
+        what_if.ask(&probes, &mut answer);
+        seen = std::hint::black_box(seen + answer.outcomes.len() as u64 + ready.len() as u64);
     }
 }
 
@@ -107,7 +134,7 @@ fn misbehave(view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result
     feature = "oversized",
     feature = "no-group",
     feature = "no-weights",
-    feature = "attention-away"
+    feature = "attention-away",
 )))]
 fn misbehave(_: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
     out.extend(ready.iter().enumerate().map(|(k, r)| Placement { op: k as u32, group: r.home, priority: 0 }));

@@ -6,7 +6,7 @@
 pub use wit_bindgen;
 
 wit_bindgen::generate!({
-    path: "../wit/since_v0.1.0",
+    path: "../wit/since_v0.2.0",
     world: "plugin",
     pub_export_macro: true,
     default_bindings_module: "slicesched_plugin_sdk::guest",
@@ -15,9 +15,12 @@ wit_bindgen::generate!({
 
 /// The exported interface's types.
 pub use exports::slicesched::policy::policy as wit;
-use slicesched::policy::host::{log, Level};
+use slicesched::policy::host::{self as host, log, Level};
 
-use crate::{Gpu, Home, Info, Instance, Link, OpKind, Placement, Policy, ReadyOp, ReplicaMode, Tenant, View};
+use crate::{
+    Delay, Gpu, Home, Info, Instance, Link, OpKind, Outcome, Placement, Policy, Probe, ReadyOp, ReplicaMode, Tenant, Verdict,
+    View, WhatIf, WhatIfAnswer,
+};
 
 /// Writes a line to the host's log.
 pub fn log_info(message: &str) {
@@ -32,13 +35,21 @@ pub struct State<P> {
     ready: Vec<ReadyOp>,
     out: Vec<Placement>,
     instances: Vec<Instance>,
+    what_if: HostWhatIf,
 }
 
 impl<P: Policy> State<P> {
     pub fn new(policy: P) -> Self {
         // A panic's message would be lost in the trap: send it to the host first.
         std::panic::set_hook(Box::new(|p| log(Level::Error, &p.to_string())));
-        Self { policy, view: View::default(), ready: Vec::new(), out: Vec::new(), instances: Vec::new() }
+        Self {
+            policy,
+            view: View::default(),
+            ready: Vec::new(),
+            out: Vec::new(),
+            instances: Vec::new(),
+            what_if: HostWhatIf(Vec::new()),
+        }
     }
 
     pub fn describe(&mut self) -> wit::Info {
@@ -70,6 +81,14 @@ impl<P: Policy> State<P> {
             latency_ns: l.latency_ns,
             bandwidth: l.bandwidth,
         }));
+        // Slack arrives with each call; nobody waits until then.
+        view.tenants.clear();
+        view.tenants.extend(d.tenants.into_iter().map(|t| Tenant {
+            home: t.home,
+            layers: t.layers,
+            slack_ns: i64::MAX,
+            tpot_target_ns: t.tpot_target_ns,
+        }));
         self.policy.configure(&self.view)
     }
 
@@ -79,7 +98,7 @@ impl<P: Policy> State<P> {
         self.ready.clear();
         self.ready.extend(ready.into_iter().map(ready_op));
         self.out.clear();
-        self.policy.place(&self.view, &self.ready, &mut self.out)?;
+        self.policy.place_with_what_if(&self.view, &self.ready, &mut self.what_if, &mut self.out)?;
         Ok(self.out.iter().map(|p| wit::Placement { op: p.op, group: p.group, priority: p.priority }).collect())
     }
 
@@ -99,18 +118,14 @@ impl<P: Policy> State<P> {
         let view = &mut self.view;
         view.now_ns = v.now_ns;
         view.gpus.clear();
-        view.gpus.extend(v.gpus.into_iter().map(|g| Gpu {
-            busy_until_ns: g.busy_until_ns,
-            queued_ns: g.queued_ns,
-            owner_need_ns: g.owner_need_ns,
+        view.gpus.extend(v.gpu_figures.chunks_exact(3).map(|g| Gpu {
+            busy_until_ns: g[0],
+            queued_ns: g[1],
+            owner_need_ns: g[2],
         }));
-        view.tenants.clear();
-        view.tenants.extend(v.tenants.into_iter().map(|t| Tenant {
-            home: t.home,
-            layers: t.layers,
-            slack_ns: t.slack_ns,
-            tpot_target_ns: t.tpot_target_ns,
-        }));
+        for (t, &slack) in view.tenants.iter_mut().zip(&v.slack_ns) {
+            t.slack_ns = slack;
+        }
         if instances {
             view.instances.clear();
             view.instances.extend(v.instances.into_iter().map(instance));
@@ -165,5 +180,44 @@ fn ready_op(r: wit::ReadyOp) -> ReadyOp {
         instance: r.instance,
         prefill_tokens: r.prefill_tokens,
         decodes: r.decodes,
+    }
+}
+
+/// The host's `what-if` import, behind the SDK's [`WhatIf`] (the probe list is reused).
+struct HostWhatIf(Vec<host::Probe>);
+
+impl WhatIf for HostWhatIf {
+    fn ask(&mut self, probes: &[Probe], answer: &mut WhatIfAnswer) {
+        self.0.clear();
+        self.0.extend(probes.iter().map(|p| host::Probe { op: p.op, group: p.group, priority: p.priority }));
+        let a = host::what_if(&self.0);
+        answer.outcomes.clear();
+        answer.outcomes.extend(a.outcomes.iter().map(|o| Outcome {
+            verdict: verdict(o.verdict),
+            start_ns: o.start_ns,
+            finish_ns: o.finish_ns,
+            transfer_ns: o.transfer_ns,
+            transfer_bytes: o.transfer_bytes,
+            peak_bytes: o.peak_bytes,
+        }));
+        answer.delays.clear();
+        answer.delays.extend(a.delays.iter().map(|d| Delay { probe: d.probe, tenant: d.tenant, delay_ns: d.delay_ns }));
+    }
+}
+
+fn verdict(v: host::Verdict) -> Verdict {
+    use host::Verdict as W;
+    match v {
+        W::Accepted => Verdict::Accepted,
+        W::NotOffered => Verdict::NotOffered,
+        W::NoSuchGroup => Verdict::NoSuchGroup,
+        W::AttentionAway => Verdict::AttentionAway,
+        W::WeightsMissing => Verdict::WeightsMissing,
+        W::GuestMemory => Verdict::GuestMemory,
+        W::OwnerGuard => Verdict::OwnerGuard,
+        W::MemoryOverCapacity => Verdict::MemoryOverCapacity,
+        W::DelaysOwner => Verdict::DelaysOwner,
+        W::TimelineRefused => Verdict::TimelineRefused,
+        W::OverBudget => Verdict::OverBudget,
     }
 }

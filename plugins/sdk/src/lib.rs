@@ -6,7 +6,7 @@
 //! - natively, as an `rlib` the core calls through its adapter (this is how the
 //!   shipped policies run when the scheduler is asked for `native:NAME`);
 //! - for `wasm32-unknown-unknown` with the `guest` feature, where [`export_policy!`]
-//!   wires the type to the exports of `plugins/wit/since_v0.1.0/policy.wit` and
+//!   wires the type to the exports of `plugins/wit/since_v0.2.0/policy.wit` and
 //!   `slicesched plugin build` turns the module into a component.
 //!
 //! The data types mirror the WIT records one for one. Ops are named by their index in
@@ -49,7 +49,7 @@ pub mod alloc;
 static ALLOCATOR: alloc::SizeClasses = alloc::SizeClasses::new();
 
 /// The WIT interface version this SDK implements.
-pub const INTERFACE_VERSION: &str = "0.1.0";
+pub const INTERFACE_VERSION: &str = "0.2.0";
 
 /// A placement policy. Only [`Policy::info`] is required; each other hook defaults to
 /// what the `dedicated` baseline does, which is always safe.
@@ -70,6 +70,20 @@ pub trait Policy {
     fn place(&mut self, _view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
         out.extend(ready.iter().enumerate().map(|(i, r)| Placement { op: i as u32, group: r.home, priority: 0 }));
         Ok(())
+    }
+
+    /// What the scheduler calls to place a batch: `place`, unless the policy wants to
+    /// ask the core's what-if about candidate placements first, in which case it
+    /// implements this hook instead. Each [`WhatIf::ask`] is a call into the core
+    /// (across the sandbox for a Wasm plugin): batch the probes.
+    fn place_with_what_if(
+        &mut self,
+        view: &View,
+        ready: &[ReadyOp],
+        _what_if: &mut dyn WhatIf,
+        out: &mut Vec<Placement>,
+    ) -> Result<(), String> {
+        self.place(view, ready, out)
     }
 
     /// Whether `inst` may start another micro-batch while `inst.inflight` execute.

@@ -179,3 +179,97 @@ pub struct View {
     /// Links between groups, row-major `groups × groups`.
     pub links: Vec<Link>,
 }
+
+/// A placement to ask the core's what-if about (see [`WhatIf`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// Index of the op in the `ready` slice being decided.
+    pub op: u32,
+    pub group: u32,
+    pub priority: i32,
+}
+
+/// What the core would do with a probe's placement: its checks, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// It would run there.
+    Accepted,
+    /// No such op in the batch being decided (or no batch is being decided).
+    NotOffered,
+    NoSuchGroup,
+    /// Attention must stay with its KV cache.
+    AttentionAway,
+    /// The group lacks the weights of the op's layer.
+    WeightsMissing,
+    /// The group's reserve for borrowed ops' activations would overflow.
+    GuestMemory,
+    /// It could not finish before the group's owner needs it back.
+    OwnerGuard,
+    /// Predicted memory over a GPU's capacity while it runs.
+    MemoryOverCapacity,
+    /// It would push the owner's committed ops back past the guard.
+    DelaysOwner,
+    /// The timeline could not take the op (an internal inconsistency; never seen).
+    TimelineRefused,
+    /// The call's probe budget is spent; nothing was computed.
+    OverBudget,
+}
+
+/// The prediction for one probe: its own times on its group, even when the verdict
+/// sends it home (zeros where nothing was computed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub verdict: Verdict,
+    pub start_ns: u64,
+    pub finish_ns: u64,
+    /// The slowest transfer of its inputs to the group, and their bytes.
+    pub transfer_ns: u64,
+    pub transfer_bytes: u64,
+    /// Highest predicted memory use among the group's GPUs while it runs.
+    pub peak_bytes: u64,
+}
+
+/// A tenant that probe `probe` would delay: its committed ops finish up to `delay_ns`
+/// later, so its SLA slack shrinks by that much.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delay {
+    pub probe: u32,
+    pub tenant: u32,
+    pub delay_ns: u64,
+}
+
+/// The answer to a batch of probes; reuse one across calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WhatIfAnswer {
+    /// One per probe, in order.
+    pub outcomes: Vec<Outcome>,
+    /// Per probe, every tenant it delays, in probe order.
+    pub delays: Vec<Delay>,
+}
+
+/// The core's committed timeline, asked while a policy decides
+/// ([`crate::Policy::place_with_what_if`]). Each probe is answered on its own, from
+/// the committed state plus that one op: probes are alternatives, not a plan.
+pub trait WhatIf {
+    /// Clears `answer`, then fills it: one outcome per probe and the delays.
+    fn ask(&mut self, probes: &[Probe], answer: &mut WhatIfAnswer);
+}
+
+/// A what-if that knows nothing: every probe comes back [`Verdict::NotOffered`]. For
+/// calling a policy outside a scheduler (unit tests).
+pub struct NoWhatIf;
+
+impl WhatIf for NoWhatIf {
+    fn ask(&mut self, probes: &[Probe], answer: &mut WhatIfAnswer) {
+        answer.outcomes.clear();
+        answer.delays.clear();
+        answer.outcomes.extend(probes.iter().map(|_| Outcome {
+            verdict: Verdict::NotOffered,
+            start_ns: 0,
+            finish_ns: 0,
+            transfer_ns: 0,
+            transfer_bytes: 0,
+            peak_bytes: 0,
+        }));
+    }
+}

@@ -1,0 +1,67 @@
+//! Interface versions: a plugin built for 0.1.0 keeps loading and runs unchanged
+//! beside 0.2.0 ones, and 0.2.0's `what-if` answers a Wasm plugin exactly as the core
+//! answers the same policy's native build.
+
+mod common;
+
+use common::*;
+use slicesched_plugin_host::{inspect, PluginOptions, WasmPolicy};
+use slicesched_policy::{Native, Policy};
+
+#[test]
+fn a_plugin_built_for_0_1_0_still_loads_and_runs_as_it_did() {
+    let bytes = shipped("legacy-v0-1");
+    let info = inspect(&bytes).unwrap();
+    assert_eq!((info.name.as_str(), info.interface_version.as_str()), ("legacy", "0.1.0"));
+    // Its rule is `dedicated`'s: the replays must agree, policy name aside.
+    let scn = scenario("smoke", Some(30.0));
+    let mut legacy = WasmPolicy::new(&bytes, &PluginOptions::default()).unwrap();
+    let l = run(&scn, &mut legacy);
+    assert_eq!(legacy.stats().failures, 0, "{:?}", legacy.stats().errors);
+    let d = run(&scn, slicesched_policy::builtin("dedicated").unwrap().as_mut());
+    let (mut l, mut d) = (comparable(&l), comparable(&d));
+    l.as_object_mut().unwrap().remove("policy");
+    d.as_object_mut().unwrap().remove("policy");
+    assert!(d["completed"].as_u64().unwrap() > 0);
+    assert_eq!(l, d);
+}
+
+#[test]
+fn shipped_plugins_implement_the_newest_interface() {
+    for name in ["dedicated", "slice", "earliest"] {
+        let info = inspect(&shipped(name)).unwrap();
+        assert_eq!(info.interface_version, slicesched_plugin_sdk::INTERFACE_VERSION, "{name}");
+    }
+    assert_eq!(slicesched_plugin_host::SUPPORTED, &["0.1.0", "0.2.0"]);
+}
+
+/// The example policy that decides by what-if: its native and Wasm builds must see
+/// the same answers, so their replays are identical; and it must really have used
+/// them (borrowed ops, probes asked).
+fn earliest_same_as_native(scenario_name: &str, duration_s: Option<f64>) {
+    let scn = scenario(scenario_name, duration_s);
+    let mut native = Native::new(slicesched_plugin_earliest::Earliest::default());
+    let n = run(&scn, &mut native);
+    let mut wasm = WasmPolicy::new(&shipped("earliest"), &PluginOptions::default()).unwrap();
+    let w = run(&scn, &mut wasm);
+    let s = wasm.stats();
+    assert_eq!(s.failures, 0, "{:?}", s.errors);
+    assert!(s.probes > s.calls / 2, "{s:?}");
+    assert_eq!(s.probes_over_budget, 0);
+    assert!(n.summary.completed > 0);
+    assert!(n.summary.scheduling.borrowed_ops > 0, "{scenario_name}: the what-if never chose a borrow");
+    let rejected: u64 = n.summary.rejected_placements.iter().map(|(_, k)| k).sum();
+    assert_eq!(rejected, 0, "{:?}", n.summary.rejected_placements);
+    assert_eq!(comparable(&n), comparable(&w), "{scenario_name}: `earliest` native and Wasm differ");
+    assert_eq!(native.name(), "earliest");
+}
+
+#[test]
+fn what_if_answers_the_same_through_the_sandbox_on_smoke() {
+    earliest_same_as_native("smoke", Some(30.0));
+}
+
+#[test]
+fn what_if_answers_the_same_through_the_sandbox_on_bursty_8t() {
+    earliest_same_as_native("bursty-8t", Some(15.0));
+}
