@@ -25,6 +25,10 @@ pub struct Args {
     /// Calls for the bare-call measurement.
     #[arg(long, default_value_t = 200_000)]
     calls: u32,
+    /// Another component of the (single) policy measured in the same run, on its own
+    /// row: an older build, or one built for an older interface version.
+    #[arg(long, value_name = "PATH.wasm")]
+    also: Option<PathBuf>,
 }
 
 /// Times a policy's `place` calls (admit and route pass through untimed).
@@ -143,7 +147,7 @@ pub fn run(a: Args) -> Result<()> {
     let scn = load_scenario(&a.scenario, a.duration_s)?;
     let policies = crate::policies::resolve(&a.policy)?;
     println!(
-        "{:<10} {:>10} {:>12} {:>12} {:>10} {:>10} {:>7} {:>13} {:>11} {:>9} {:>9} {:>9}",
+        "{:<16} {:>10} {:>12} {:>12} {:>10} {:>10} {:>7} {:>13} {:>11} {:>9} {:>9} {:>9}",
         "policy",
         "decisions",
         "native µs/d",
@@ -157,41 +161,57 @@ pub fn run(a: Args) -> Result<()> {
         "max fuel",
         "mean fuel"
     );
+    if a.also.is_some() && policies.len() != 1 {
+        bail!("--also compares another component of one policy: name exactly one --policy");
+    }
     let mut differ = Vec::new();
     for name in &policies {
         let mut n = slicesched_policy::builtin(name).context("a shipped policy")?;
         let nr = run_one(&scn, n.as_mut())?;
         let mut w = wasm(name)?;
-        let wr = run_one(&scn, &mut w)?;
-        let same = nr.summary == wr.summary;
-        if !same {
-            differ.push(name.clone());
-        }
-        println!(
-            "{:<10} {:>10} {:>12.2} {:>12.2} {:>10.2} {:>10.2} {:>7.2} {:>13.0} {:>11.0} {:>9} {:>9} {:>9.0}",
-            name,
-            wr.decisions,
-            nr.policy_s * 1e6 / nr.decisions.max(1) as f64,
-            wr.policy_s * 1e6 / wr.decisions.max(1) as f64,
-            nr.wall_s,
-            wr.wall_s,
-            wr.wall_s / nr.wall_s.max(1e-9),
-            wr.decisions as f64 / wr.policy_s.max(1e-9),
-            wr.op_rate,
-            if same { "yes" } else { "NO" },
-            w.stats().max_fuel,
-            w.stats().fuel_used as f64 / w.stats().calls.max(1) as f64
-        );
-        println!(
-            "           {} admit/route calls besides the decisions (each lowers every instance)",
-            w.stats().calls.saturating_sub(wr.decisions)
-        );
-        if w.stats().failures > 0 {
-            bail!("plugin `{name}` failed {} times: {:?}", w.stats().failures, w.stats().errors);
+        let label = format!("{name}@{}", w.interface_version());
+        row(&label, &nr, &mut w, &scn, &mut differ)?;
+        if let Some(path) = &a.also {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let mut w = WasmPolicy::new(&bytes, &PluginOptions::default())?;
+            let label = format!("{name}@{}", w.interface_version());
+            row(&label, &nr, &mut w, &scn, &mut differ)?;
         }
     }
     if !differ.is_empty() {
         bail!("native and Wasm replays differ for: {}", differ.join(", "));
+    }
+    Ok(())
+}
+
+/// Replays `w` and prints its row against the native run `nr`.
+fn row(name: &str, nr: &Run, w: &mut WasmPolicy, scn: &Scenario, differ: &mut Vec<String>) -> Result<()> {
+    let wr = run_one(scn, w)?;
+    let same = nr.summary == wr.summary;
+    if !same {
+        differ.push(name.to_string());
+    }
+    println!(
+        "{:<16} {:>10} {:>12.2} {:>12.2} {:>10.2} {:>10.2} {:>7.2} {:>13.0} {:>11.0} {:>9} {:>9} {:>9.0}",
+        name,
+        wr.decisions,
+        nr.policy_s * 1e6 / nr.decisions.max(1) as f64,
+        wr.policy_s * 1e6 / wr.decisions.max(1) as f64,
+        nr.wall_s,
+        wr.wall_s,
+        wr.wall_s / nr.wall_s.max(1e-9),
+        wr.decisions as f64 / wr.policy_s.max(1e-9),
+        wr.op_rate,
+        if same { "yes" } else { "NO" },
+        w.stats().max_fuel,
+        w.stats().fuel_used as f64 / w.stats().calls.max(1) as f64
+    );
+    println!(
+        "           {} admit/route calls besides the decisions (each lowers every instance)",
+        w.stats().calls.saturating_sub(wr.decisions)
+    );
+    if w.stats().failures > 0 {
+        bail!("plugin `{name}` failed {} times: {:?}", w.stats().failures, w.stats().errors);
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>> {
     if name.ends_with(".wasm") {
         return load_wasm(&PathBuf::from(name));
     }
-    if !slicesched_policy::BUILTIN.contains(&name) {
+    if !slicesched_policy::BUILTIN.contains(&name) && !slicesched_policy::EXAMPLES.contains(&name) {
         bail!("{}", unknown(name));
     }
     let wasm = plugin_dir().join(format!("{name}.wasm"));
@@ -41,8 +41,9 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>> {
 
 fn unknown(name: &str) -> String {
     format!(
-        "unknown policy `{name}` (shipped: {}; `native:NAME` for a native build, or a path to a .wasm plugin)",
-        slicesched_policy::BUILTIN.join(", ")
+        "unknown policy `{name}` (shipped: {}; example: {}; `native:NAME` for a native build, or a path to a .wasm plugin)",
+        slicesched_policy::BUILTIN.join(", "),
+        slicesched_policy::EXAMPLES.join(", ")
     )
 }
 

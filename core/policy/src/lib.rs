@@ -204,6 +204,10 @@ pub trait Policy: Send {
 /// Names of the built-in policies.
 pub const BUILTIN: &[&str] = &["dedicated", "timeslice", "mps", "pooled", "slice"];
 
+/// Example policies built like the shipped ones but not run by default: `earliest`
+/// shows the what-if a plugin can ask (interface 0.2.0).
+pub const EXAMPLES: &[&str] = &["earliest"];
+
 /// A shipped policy by name, built natively from its plugin crate (`plugins/NAME`):
 /// the same source as its Wasm build.
 pub fn builtin(name: &str) -> Option<Box<dyn Policy>> {
@@ -213,6 +217,7 @@ pub fn builtin(name: &str) -> Option<Box<dyn Policy>> {
         "mps" => Some(Box::new(Native::new(slicesched_plugin_mps::Mps))),
         "pooled" => Some(Box::new(Native::new(slicesched_plugin_pooled::Pooled))),
         "slice" => Some(Box::new(Native::new(slicesched_plugin_slice::Slice::default()))),
+        "earliest" => Some(Box::new(Native::new(slicesched_plugin_earliest::Earliest::default()))),
         _ => None,
     }
 }

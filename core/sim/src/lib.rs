@@ -13,8 +13,8 @@
 mod devices;
 mod metrics;
 mod place;
-mod probe;
 mod planner;
+mod probe;
 mod record;
 mod replay;
 mod scenario;

@@ -369,8 +369,7 @@ impl Sim<'_> {
                 out.tenant_delays.iter().find_map(|&(t, delay)| {
                     let t = TenantId(t);
                     let guard = self.scn.tenants[t.index()].sla.tpot_target_ns() / 10;
-                    (t != r.tenant && owners.contains(&t) && delay > guard)
-                        .then_some(Verdict::DelaysOwner)
+                    (t != r.tenant && owners.contains(&t) && delay > guard).then_some(Verdict::DelaysOwner)
                 })
             }
         };

@@ -32,7 +32,12 @@ impl Sim<'_> {
         // prediction below with the probe's own, as `commit` would queue it.
         let verdict = self.check(r, p.group, &c).unwrap_or(Verdict::Accepted);
         let Some(tl) = self.timeline.as_ref() else {
-            return ProbeOutcome { verdict, transfer_ns: c.xfer_ns, transfer_bytes: c.xfer_bytes, ..ProbeOutcome::empty(verdict) };
+            return ProbeOutcome {
+                verdict,
+                transfer_ns: c.xfer_ns,
+                transfer_bytes: c.xfer_bytes,
+                ..ProbeOutcome::empty(verdict)
+            };
         };
         let owner = self.dev.queues[self.dev.queue_of(p.group, r.tenant)].owners.contains(&r.tenant);
         let prio = p.priority.clamp(-OWNER_BOOST + 1, OWNER_BOOST - 1) + if owner { OWNER_BOOST } else { 0 };
@@ -42,7 +47,11 @@ impl Sim<'_> {
         let outcome = match tl.what_if(std::slice::from_ref(&cand), &mut w) {
             Ok(()) => {
                 let o = &w.candidates[0];
-                delays.extend(w.tenant_delays.iter().map(|&(t, d)| TenantDelay { probe: k, tenant: TenantId(t), delay_ns: d }));
+                delays.extend(w.tenant_delays.iter().map(|&(t, d)| TenantDelay {
+                    probe: k,
+                    tenant: TenantId(t),
+                    delay_ns: d,
+                }));
                 ProbeOutcome {
                     verdict,
                     start_ns: o.start_ns,

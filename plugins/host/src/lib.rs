@@ -24,11 +24,11 @@
 //! ```
 
 mod bindings;
-mod wire;
 mod error;
 mod policy;
 mod sandbox;
 pub mod toolchain;
+mod wire;
 
 pub use error::{Cause, PluginError};
 pub use policy::{PluginStats, WasmPolicy};

@@ -6,10 +6,10 @@
 use crate::bindings::{v1, v2};
 use crate::error::Cause;
 use crate::wire::Bound;
+use sha2::{Digest, Sha256};
 use slicesched_plugin_sdk as sdk;
 use slicesched_policy::convert::{answer_probes, ProbeBuffers};
 use slicesched_policy::{ReadyOp, WhatIf, WhatIfHandle};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -173,7 +173,13 @@ impl HostState {
         match &self.lent {
             // SAFETY: see `Lent`: set only for the duration of the `place` call now running.
             Some(l) => unsafe {
-                answer_probes(WhatIfHandle(Some(&*l.what_if)), &*l.ready, &self.probes, &mut self.probe_bufs, &mut self.answer)
+                answer_probes(
+                    WhatIfHandle(Some(&*l.what_if)),
+                    &*l.ready,
+                    &self.probes,
+                    &mut self.probe_bufs,
+                    &mut self.answer,
+                )
             },
             None => sdk::WhatIf::ask(&mut sdk::NoWhatIf, &self.probes, &mut self.answer),
         }
@@ -201,7 +207,10 @@ impl v2::slicesched::policy::host::Host for HostState {
         self.push_log(level == v2::slicesched::policy::host::Level::Error, message);
     }
 
-    fn what_if(&mut self, probes: Vec<v2::slicesched::policy::host::Probe>) -> v2::slicesched::policy::host::WhatIfAnswer {
+    fn what_if(
+        &mut self,
+        probes: Vec<v2::slicesched::policy::host::Probe>,
+    ) -> v2::slicesched::policy::host::WhatIfAnswer {
         let probes = probes.iter().map(|p| sdk::Probe { op: p.op, group: p.group, priority: p.priority });
         crate::wire::v2::what_if_answer(self.what_if(probes))
     }

@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use slicesched_plugin_host::{inspect, PluginOptions, WasmPolicy};
-use slicesched_policy::{Native, Policy};
 
 #[test]
 fn a_plugin_built_for_0_1_0_still_loads_and_runs_as_it_did() {
@@ -40,8 +39,8 @@ fn shipped_plugins_implement_the_newest_interface() {
 /// them (borrowed ops, probes asked).
 fn earliest_same_as_native(scenario_name: &str, duration_s: Option<f64>) {
     let scn = scenario(scenario_name, duration_s);
-    let mut native = Native::new(slicesched_plugin_earliest::Earliest::default());
-    let n = run(&scn, &mut native);
+    let mut native = slicesched_policy::builtin("earliest").unwrap();
+    let n = run(&scn, native.as_mut());
     let mut wasm = WasmPolicy::new(&shipped("earliest"), &PluginOptions::default()).unwrap();
     let w = run(&scn, &mut wasm);
     let s = wasm.stats();

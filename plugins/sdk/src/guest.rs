@@ -18,8 +18,8 @@ pub use exports::slicesched::policy::policy as wit;
 use slicesched::policy::host::{self as host, log, Level};
 
 use crate::{
-    Delay, Gpu, Home, Info, Instance, Link, OpKind, Outcome, Placement, Policy, Probe, ReadyOp, ReplicaMode, Tenant, Verdict,
-    View, WhatIf, WhatIfAnswer,
+    Delay, Gpu, Home, Info, Instance, Link, OpKind, Outcome, Placement, Policy, Probe, ReadyOp, ReplicaMode, Tenant,
+    Verdict, View, WhatIf, WhatIfAnswer,
 };
 
 /// Writes a line to the host's log.

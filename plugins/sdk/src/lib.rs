@@ -9,8 +9,11 @@
 //!   wires the type to the exports of `plugins/wit/since_v0.2.0/policy.wit` and
 //!   `slicesched plugin build` turns the module into a component.
 //!
-//! The data types mirror the WIT records one for one. Ops are named by their index in
-//! the `ready` slice, groups and GPUs by their index in the view.
+//! The data types mirror the WIT records (the view's per-GPU figures, which cross as
+//! one flat list, are unpacked into [`Gpu`] records). Ops are named by their index in
+//! the `ready` slice, groups and GPUs by their index in the view. A policy that wants
+//! to ask the core's committed timeline about candidate placements before answering
+//! implements [`Policy::place_with_what_if`] and batches its [`Probe`]s.
 //!
 //! ```
 //! use slicesched_plugin_sdk::{Info, Placement, Policy, ReadyOp, View};

@@ -3,7 +3,8 @@
 //! measures the bare cost of a call across the sandbox.
 //!
 //! To write your own: copy this folder, rename the package, override the hooks of
-//! [`slicesched_plugin_sdk::Policy`] you need, then
+//! [`slicesched_plugin_sdk::Policy`] you need (`place`, or `place_with_what_if` to ask
+//! the core what candidate placements would get first: see `plugins/earliest`), then
 //! `slicesched plugin build DIR` and `slicesched plugin validate FILE`.
 
 use slicesched_plugin_sdk::{Info, Policy};

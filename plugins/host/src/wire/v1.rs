@@ -28,9 +28,13 @@ impl Wire {
         let out = &mut self.view;
         out.now_ns = v.now_ns;
         out.gpus.clear();
-        out.gpus.extend(v.gpu_busy_until.iter().zip(v.gpu_queued_ns).zip(v.gpu_owner_need_ns).map(
-            |((&b, &q), &o)| wit::Gpu { busy_until_ns: b, queued_ns: q, owner_need_ns: o },
-        ));
+        out.gpus.extend(
+            v.gpu_busy_until.iter().zip(v.gpu_queued_ns).zip(v.gpu_owner_need_ns).map(|((&b, &q), &o)| wit::Gpu {
+                busy_until_ns: b,
+                queued_ns: q,
+                owner_need_ns: o,
+            }),
+        );
         out.tenants.clear();
         out.tenants.extend(v.tenants.iter().map(|t| wit::Tenant {
             home: t.home.0,
