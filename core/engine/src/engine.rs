@@ -133,6 +133,17 @@ impl Engine {
     pub fn kv_blocks_free(&self) -> u32 {
         self.blocks_free
     }
+    /// Blocks requests hold now.
+    pub fn kv_blocks_held(&self) -> u32 {
+        self.blocks_total - self.blocks_free
+    }
+    /// Resizes the cache, as a KV pool shared with other engines on the same GPUs
+    /// grows or shrinks under it; never below what requests hold.
+    pub fn set_kv_blocks_total(&mut self, total: u32) {
+        let held = self.kv_blocks_held();
+        self.blocks_total = total.max(held);
+        self.blocks_free = self.blocks_total - held;
+    }
     pub fn preemptions(&self) -> u64 {
         self.preemptions
     }

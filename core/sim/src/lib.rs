@@ -11,6 +11,7 @@
 //! measured by callers and reported under `timing`.
 
 mod devices;
+mod kvpool;
 mod metrics;
 mod place;
 mod planner;

@@ -131,6 +131,9 @@ impl Sim<'_> {
 
     /// Refreshes the per-instance figures (for `admit` and `route`).
     pub(crate) fn build_instance_views(&mut self) {
+        for i in 0..self.insts.len() {
+            self.kv_refresh(i);
+        }
         self.inst_views.clear();
         for (i, rt) in self.insts.iter().enumerate() {
             let (w, r) = rt.engine.queue_lengths();

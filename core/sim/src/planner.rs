@@ -19,6 +19,10 @@ pub use slicesched_policy::ReplicaMode;
 pub struct PlannerSpec {
     /// Most of a GPU's KV memory that other tenants' replicas may take.
     pub replica_memory_fraction: f64,
+    /// For a policy that uses both kinds, the share of what serving copies leave of
+    /// that budget weight-only copies may take (they cost the host KV cache and serve
+    /// no request by themselves; on bursty-8t they cost `slice` 2 points of violations).
+    pub weight_replica_fraction: f64,
     pub max_replicas_per_tenant: u32,
     /// Allow replicas of a layer range when the whole model does not fit.
     pub layer_ranges: bool,
@@ -33,7 +37,8 @@ pub struct PlannerSpec {
 impl Default for PlannerSpec {
     fn default() -> Self {
         Self {
-            replica_memory_fraction: 0.5,
+            replica_memory_fraction: 0.75,
+            weight_replica_fraction: 0.0,
             max_replicas_per_tenant: 3,
             layer_ranges: true,
             guest_reserve_factor: 4.0,
@@ -46,6 +51,9 @@ impl PlannerSpec {
     pub fn check(&self) -> Result<(), String> {
         if !(0.0..=0.9).contains(&self.replica_memory_fraction) {
             return Err(format!("replica_memory_fraction must be in [0, 0.9], got {}", self.replica_memory_fraction));
+        }
+        if !(0.0..=1.0).contains(&self.weight_replica_fraction) {
+            return Err(format!("weight_replica_fraction must be in [0, 1], got {}", self.weight_replica_fraction));
         }
         if !(self.guest_reserve_factor.is_finite() && self.guest_reserve_factor >= 0.0) {
             return Err("guest_reserve_factor must be non-negative".into());
@@ -78,66 +86,87 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         })
         .collect();
     let mut guest_max_act = vec![0u64; n];
-    let homes: Vec<TenantHome> = scn.deployment.homes.iter().filter(|h| h.is_home).cloned().collect();
-    for round in 0..spec.max_replicas_per_tenant {
-        for h in &homes {
-            let t = &scn.tenants[h.tenant.index()];
-            let tp = t.gpus.len();
-            let layers = t.model.num_hidden_layers as u32;
-            // Targets: other tenants' home groups of the same size (same TP layout),
-            // nearest first (same node), then most budget left.
-            let node = scn.cluster.gpu(t.gpus[0]).node;
-            let mut targets: Vec<_> = homes
-                .iter()
-                .filter(|o| o.tenant != h.tenant)
-                .map(|o| out.deployment.group(o.group).clone())
-                .filter(|g| g.gpus.len() == tp && !g.gpus.iter().any(|x| t.gpus.contains(x)))
-                .filter(|g| !out.deployment.homes.iter().any(|r| r.tenant == h.tenant && r.group == g.id))
-                .collect();
-            targets.dedup_by_key(|g| g.id);
-            targets.sort_by_key(|g| {
-                let left = g.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
-                (scn.cluster.gpu(g.gpus[0]).node != node, std::cmp::Reverse(left), g.id)
-            });
-            let Some(target) = targets.first() else { continue };
-            let left = target.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
-            let whole = t.model.weight_bytes_per_gpu(tp as u32);
-            // Serving replicas need room for a useful KV cache too: keep a third of the
-            // budget for it.
-            let serving_fits = whole <= left / 3 * 2;
-            let serving = match mode {
-                ReplicaMode::Serving => true,
-                ReplicaMode::Both => serving_fits,
-                _ => false,
-            };
-            let usable = if serving { left / 3 * 2 } else { left };
-            let (range, bytes) = if whole <= usable {
-                ((0, layers), whole)
-            } else if mode != ReplicaMode::Serving && spec.layer_ranges {
-                let per_layer = whole / (layers as u64 + 2);
-                let fit = (usable / per_layer.max(1)).min(layers as u64) as u32;
-                if fit < layers / 4 || fit == 0 {
+    let mut homes: Vec<TenantHome> = scn.deployment.homes.iter().filter(|h| h.is_home).cloned().collect();
+    // The tenant whose home holds the fewest KV tokens picks first: a copy's KV cache
+    // is worth most to a KV-bound tenant (a 13B without GQA holds a sixth of the tokens
+    // of an 8B with it in the same memory).
+    homes.sort_by_key(|h| (scn.tenants[h.tenant.index()].kv_blocks, h.tenant));
+    let mut copies = vec![0u32; scn.tenants.len()];
+    // Serving copies first, for every policy that routes requests, so an operator-level
+    // policy (`Both`) gets the same serving copies as a request-level one (`Serving`);
+    // weight-only copies then take only what serving copies left.
+    let phases: &[bool] = match mode {
+        ReplicaMode::Serving => &[true],
+        ReplicaMode::Both => &[true, false],
+        _ => &[false],
+    };
+    for &serving in phases {
+        if !serving && mode == ReplicaMode::Both {
+            budget.iter_mut().for_each(|b| *b = (*b as f64 * spec.weight_replica_fraction) as u64);
+        }
+        for round in 0..spec.max_replicas_per_tenant {
+            for h in &homes {
+                let t = &scn.tenants[h.tenant.index()];
+                if copies[h.tenant.index()] >= spec.max_replicas_per_tenant {
                     continue;
                 }
-                // Successive replicas of one tenant cover different layers.
-                let start = (round * fit) % (layers - fit + 1);
-                ((start, start + fit), per_layer * fit as u64)
-            } else {
-                continue;
-            };
-            for x in &target.gpus {
-                budget[x.0 as usize] -= bytes.min(budget[x.0 as usize]);
-                guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
+                let tp = t.gpus.len();
+                let layers = t.model.num_hidden_layers as u32;
+                // Targets: other tenants' home groups of the same size (same TP layout),
+                // nearest first (same node), then most budget left.
+                let node = scn.cluster.gpu(t.gpus[0]).node;
+                let mut targets: Vec<_> = homes
+                    .iter()
+                    .filter(|o| o.tenant != h.tenant)
+                    .map(|o| out.deployment.group(o.group).clone())
+                    .filter(|g| g.gpus.len() == tp && !g.gpus.iter().any(|x| t.gpus.contains(x)))
+                    .filter(|g| !out.deployment.homes.iter().any(|r| r.tenant == h.tenant && r.group == g.id))
+                    .collect();
+                targets.sort_by_key(|g| g.id);
+                targets.dedup_by_key(|g| g.id);
+                targets.sort_by_key(|g| {
+                    let left = g.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
+                    (scn.cluster.gpu(g.gpus[0]).node != node, std::cmp::Reverse(left), g.id)
+                });
+                let Some(target) = targets.first() else { continue };
+                let left = target.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
+                let whole = t.model.weight_bytes_per_gpu(tp as u32);
+                let (range, bytes) = if serving {
+                    // A serving copy needs room for a useful KV cache too: a third of
+                    // the budget stays for it.
+                    if whole > left / 3 * 2 {
+                        continue;
+                    }
+                    ((0, layers), whole)
+                } else if whole <= left {
+                    ((0, layers), whole)
+                } else if spec.layer_ranges {
+                    let per_layer = whole / (layers as u64 + 2);
+                    let fit = (left / per_layer.max(1)).min(layers as u64) as u32;
+                    if fit < layers / 4 || fit == 0 {
+                        continue;
+                    }
+                    // Successive replicas of one tenant cover different layers.
+                    let start = (round * fit) % (layers - fit + 1);
+                    ((start, start + fit), per_layer * fit as u64)
+                } else {
+                    continue;
+                };
+                for x in &target.gpus {
+                    budget[x.0 as usize] -= bytes.min(budget[x.0 as usize]);
+                    guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
+                }
+                copies[h.tenant.index()] += 1;
+                out.deployment.homes.push(TenantHome {
+                    tenant: h.tenant,
+                    group: target.id,
+                    layers: range,
+                    weight_bytes_per_gpu: bytes,
+                    is_home: false,
+                    serves: serving,
+                    kv_blocks: 0,
+                });
             }
-            out.deployment.homes.push(TenantHome {
-                tenant: h.tenant,
-                group: target.id,
-                layers: range,
-                weight_bytes_per_gpu: bytes,
-                is_home: false,
-                serves: serving,
-                kv_blocks: 0,
-            });
         }
     }
     if mode != ReplicaMode::Serving {

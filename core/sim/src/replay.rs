@@ -163,6 +163,10 @@ pub(crate) struct Sim<'a> {
     pub inst_views: Vec<InstanceView>,
     pub rec: crate::record::Recorder,
     pub cancelled: bool,
+    /// Per GPU, the KV pool its instances share (empty: every engine keeps its own).
+    pub kv_pools: Vec<crate::kvpool::GpuPool>,
+    /// Per instance, its part in those pools.
+    pub kv_shares: Vec<crate::kvpool::KvShare>,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -268,8 +272,11 @@ pub fn replay(
         epoch: slicesched_policy::new_epoch(),
         rec,
         cancelled: false,
+        kv_pools: Vec::new(),
+        kv_shares: Vec::new(),
     };
     sim.load_memory();
+    sim.init_kv_pools();
     if sim.policy.reads_view() {
         sim.timeline = Some(sim.new_timeline());
     }
@@ -379,7 +386,8 @@ impl Sim<'_> {
     }
 
     fn arrive(&mut self, idx: usize) {
-        let (t, r) = &self.scn.requests[idx];
+        let scn = self.scn;
+        let (t, r) = &scn.requests[idx];
         let inst = if self.tenant_insts[*t as usize].len() == 1 {
             self.tenant_insts[*t as usize][0] as usize
         } else {
@@ -391,8 +399,12 @@ impl Sim<'_> {
             let k = self.policy.route(&view, &views).min(insts.len() - 1);
             insts[k] as usize
         };
+        // Refused only if it could not fit even with the other residents' pools empty.
+        self.kv_resize(inst, true);
+        let admission = self.insts[inst].engine.add_request(r.prompt_tokens, r.output_tokens.max(1));
+        self.kv_refresh(inst);
         let rt = &mut self.insts[inst];
-        match rt.engine.add_request(r.prompt_tokens, r.output_tokens.max(1)) {
+        match admission {
             Admission::Queued(seq) => {
                 debug_assert_eq!(seq.0 as usize, rt.seq_to_req.len());
                 rt.seq_to_req.push(idx as u32);
@@ -419,8 +431,11 @@ impl Sim<'_> {
                     return;
                 }
             }
+            self.kv_refresh(inst);
+            let scheduled = self.insts[inst].engine.schedule();
+            self.kv_sync(inst);
             let rt = &mut self.insts[inst];
-            let Some(batch) = rt.engine.schedule() else { return };
+            let Some(batch) = scheduled else { return };
             self.single_iterations += (rt.inflight == 0) as u64;
             rt.inflight += 1;
             let b = rt.engine.batch(batch);
@@ -537,6 +552,7 @@ impl Sim<'_> {
                 }
             }
         }
+        self.kv_sync(inst);
         self.gmg.retire(iter);
         self.start_iterations(inst);
     }
