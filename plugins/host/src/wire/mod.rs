@@ -46,21 +46,20 @@ impl Bound {
         ready: &[ReadyOp],
         out: &mut Vec<sdk::Placement>,
     ) -> Answer<()> {
-        let answer = match self {
+        match self {
             Bound::V1(p, w) => {
                 w.load(view, false, ready);
                 let a = p.slicesched_policy_policy().call_place(&mut *store, &w.view, &w.ready);
-                a.map(|a| a.map(|list| out.extend(list.iter().map(|p| v1::placement(p)))))
+                a.map(|a| a.map(|list| out.extend(list.iter().map(v1::placement))))
             }
             Bound::V2(p, w) => {
                 w.load(view, false, ready);
                 store.data_mut().lend(view.what_if, ready);
                 let a = p.slicesched_policy_policy().call_place(&mut *store, &w.view, &w.ready);
                 store.data_mut().unlend();
-                a.map(|a| a.map(|list| out.extend(list.iter().map(|p| v2::placement(p)))))
+                a.map(|a| a.map(|list| out.extend(list.iter().map(v2::placement))))
             }
-        };
-        answer
+        }
     }
 
     pub fn admit(&mut self, store: &mut Store<HostState>, view: &View<'_>, inst: &InstanceView) -> Answer<bool> {
