@@ -64,7 +64,13 @@ impl Sim<'_> {
 
     fn shares_pool(&self, inst: usize) -> bool {
         !self.kv_pools.is_empty()
-            && self.scn.deployment.group(self.insts[inst].group).gpus.iter().any(|g| self.kv_pools[g.0 as usize].residents.len() > 1)
+            && self
+                .scn
+                .deployment
+                .group(self.insts[inst].group)
+                .gpus
+                .iter()
+                .any(|g| self.kv_pools[g.0 as usize].residents.len() > 1)
     }
 
     /// Bytes instance `inst` may add on GPU `g`: the pool's free bytes less what the
@@ -84,7 +90,8 @@ impl Sim<'_> {
                 }
             })
             .sum();
-        let used = if ceiling { 0 } else { p.used - self.kv_shares[inst].held as u64 * self.kv_shares[inst].block_bytes };
+        let used =
+            if ceiling { 0 } else { p.used - self.kv_shares[inst].held as u64 * self.kv_shares[inst].block_bytes };
         p.cap.saturating_sub(used + claimed)
     }
 
