@@ -183,28 +183,12 @@ pub fn answer_probes(
 
 pub fn outcome(o: &ProbeOutcome) -> sdk::Outcome {
     sdk::Outcome {
-        verdict: verdict(o.verdict),
+        verdict: o.verdict,
         start_ns: o.start_ns,
         finish_ns: o.finish_ns,
         transfer_ns: o.transfer_ns,
         transfer_bytes: o.transfer_bytes,
         peak_bytes: o.peak_bytes,
-    }
-}
-
-pub fn verdict(v: Verdict) -> sdk::Verdict {
-    match v {
-        Verdict::Accepted => sdk::Verdict::Accepted,
-        Verdict::NotOffered => sdk::Verdict::NotOffered,
-        Verdict::NoSuchGroup => sdk::Verdict::NoSuchGroup,
-        Verdict::AttentionAway => sdk::Verdict::AttentionAway,
-        Verdict::WeightsMissing => sdk::Verdict::WeightsMissing,
-        Verdict::GuestMemory => sdk::Verdict::GuestMemory,
-        Verdict::OwnerGuard => sdk::Verdict::OwnerGuard,
-        Verdict::MemoryOverCapacity => sdk::Verdict::MemoryOverCapacity,
-        Verdict::DelaysOwner => sdk::Verdict::DelaysOwner,
-        Verdict::TimelineRefused => sdk::Verdict::TimelineRefused,
-        Verdict::OverBudget => sdk::Verdict::OverBudget,
     }
 }
 

@@ -1,7 +1,6 @@
 //! What-if for policies: a policy may ask, while it decides, what the core would do
 //! with a placement and what it would cost, before answering.
 
-use serde::Serialize;
 use slicesched_gmg::{GroupId, OpId, TenantId};
 
 /// A placement to ask about.
@@ -13,47 +12,13 @@ pub struct Probe {
     pub priority: i32,
 }
 
-/// What the core would do with a probe's placement: its checks, in its order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum Verdict {
-    Accepted,
-    NotOffered,
-    NoSuchGroup,
-    AttentionAway,
-    WeightsMissing,
-    GuestMemory,
-    OwnerGuard,
-    MemoryOverCapacity,
-    DelaysOwner,
-    /// A what-if the timeline refused (an internal inconsistency; counted, never seen
-    /// in the shipped scenarios).
-    TimelineRefused,
-    /// The caller's budget of probes is spent; nothing was computed.
-    OverBudget,
-}
-
-impl Verdict {
-    /// The reason a rejected placement is counted under in reports.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Verdict::Accepted => "accepted",
-            Verdict::NotOffered => "op not offered",
-            Verdict::NoSuchGroup => "no such GPU group",
-            Verdict::AttentionAway => "attention away from its KV cache",
-            Verdict::WeightsMissing => "weights not resident on the group",
-            Verdict::GuestMemory => "guest memory reserve exhausted",
-            Verdict::OwnerGuard => "would delay the GPU's owner past its guard",
-            Verdict::MemoryOverCapacity => "what-if: predicted peak memory over capacity",
-            Verdict::DelaysOwner => "what-if: delays the GPU's owner past its guard",
-            Verdict::TimelineRefused => "what-if refused the candidate",
-            Verdict::OverBudget => "what-if budget spent",
-        }
-    }
-}
+/// What the core would do with a probe's placement: its checks, in their order. The
+/// SDK's type, so a policy's native build sees the core's verdicts as they are.
+pub use slicesched_plugin_sdk::Verdict;
 
 /// The prediction for one probe (times are the probe's own, on its group, even when
 /// the verdict sends the op home; zero where nothing was computed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeOutcome {
     pub verdict: Verdict,
     pub start_ns: u64,
@@ -74,7 +39,7 @@ impl ProbeOutcome {
 
 /// A committed op of `tenant` that probe `probe` would finish later, by `delay_ns`
 /// (the largest such delay of that tenant).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TenantDelay {
     pub probe: u32,
     pub tenant: TenantId,

@@ -30,14 +30,7 @@ impl Policy for Earliest {
     }
 
     fn configure(&mut self, view: &View) -> Result<(), String> {
-        self.holders.iter_mut().for_each(Vec::clear);
-        for h in &view.homes {
-            let t = h.tenant as usize;
-            if self.holders.len() <= t {
-                self.holders.resize_with(t + 1, Vec::new);
-            }
-            self.holders[t].push((h.group, h.first_layer, h.end_layer));
-        }
+        view.weight_holders(&mut self.holders);
         Ok(())
     }
 

@@ -215,6 +215,25 @@ pub enum Verdict {
     OverBudget,
 }
 
+impl Verdict {
+    /// The reason a refused placement is counted under in the core's reports.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Verdict::Accepted => "accepted",
+            Verdict::NotOffered => "op not offered",
+            Verdict::NoSuchGroup => "no such GPU group",
+            Verdict::AttentionAway => "attention away from its KV cache",
+            Verdict::WeightsMissing => "weights not resident on the group",
+            Verdict::GuestMemory => "guest memory reserve exhausted",
+            Verdict::OwnerGuard => "would delay the GPU's owner past its guard",
+            Verdict::MemoryOverCapacity => "what-if: predicted peak memory over capacity",
+            Verdict::DelaysOwner => "what-if: delays the GPU's owner past its guard",
+            Verdict::TimelineRefused => "what-if refused the candidate",
+            Verdict::OverBudget => "what-if budget spent",
+        }
+    }
+}
+
 /// The prediction for one probe: its own times on its group, even when the verdict
 /// sends it home (zeros where nothing was computed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

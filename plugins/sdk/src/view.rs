@@ -36,6 +36,22 @@ impl View {
 }
 
 impl View {
+    /// Refills `out` with, per tenant, every group holding some of its weights:
+    /// (group, first layer, end layer), homes and replicas in the deployment's order.
+    /// Run-constant: compute it in `configure`, not per decision.
+    pub fn weight_holders(&self, out: &mut Vec<Vec<(u32, u32, u32)>>) {
+        out.iter_mut().for_each(Vec::clear);
+        for h in &self.homes {
+            let t = h.tenant as usize;
+            if out.len() <= t {
+                out.resize_with(t + 1, Vec::new);
+            }
+            out[t].push((h.group, h.first_layer, h.end_layer));
+        }
+    }
+}
+
+impl View {
     /// The least loaded of `instances`: queued requests per KV block it has, then when
     /// its GPUs free up; the first one wins ties, so light load stays home. What the
     /// request-level policies route by.
