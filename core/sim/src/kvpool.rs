@@ -40,7 +40,6 @@ impl Sim<'_> {
         }
         let n = self.scn.cluster.len();
         let mut pools = vec![GpuPool::default(); n];
-        let keep = self.scn.spec.planner.keep_kv_tokens;
         for (i, rt) in self.insts.iter().enumerate() {
             let t = &self.scn.tenants[rt.tenant.index()];
             let block_bytes = t.model.kv_bytes_per_token(t.gpus.len() as u32) * t.engine.block_size as u64;
@@ -49,7 +48,7 @@ impl Sim<'_> {
                 pools[g.0 as usize].cap += bytes;
                 pools[g.0 as usize].residents.push(i as u32);
             }
-            let reserve = if rt.is_home { bytes.min(keep * block_bytes / t.engine.block_size as u64) } else { 0 };
+            let reserve = if rt.is_home { bytes.min(t.keep_bytes()) } else { 0 };
             self.kv_shares.push(KvShare { block_bytes, reserve, held: 0 });
         }
         if pools.iter().any(|p| p.residents.len() > 1) {

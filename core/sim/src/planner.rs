@@ -30,7 +30,8 @@ pub struct PlannerSpec {
     /// units of the largest guest's activation reserve.
     pub guest_reserve_factor: f64,
     /// KV-cache tokens every home tenant keeps whatever replicas want (so a tenant
-    /// with a large KV footprint is not starved to make room for others' weights).
+    /// with a large KV footprint is not starved to make room for others' weights),
+    /// unless the tenant asks its own (`keep_kv_tokens` in `[[tenants]]`).
     pub keep_kv_tokens: u64,
 }
 
@@ -76,12 +77,7 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         .map(|g| {
             let gpu = GpuId(g as u32);
             let free = scn.kv_bytes_on(gpu);
-            let keep: u64 = scn
-                .tenants
-                .iter()
-                .filter(|t| t.gpus.contains(&gpu))
-                .map(|t| spec.keep_kv_tokens * t.model.kv_bytes_per_token(t.gpus.len() as u32))
-                .sum();
+            let keep: u64 = scn.tenants.iter().filter(|t| t.gpus.contains(&gpu)).map(|t| t.keep_bytes()).sum();
             ((free as f64 * spec.replica_memory_fraction) as u64).min(free.saturating_sub(keep))
         })
         .collect();
@@ -172,19 +168,9 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
     if mode != ReplicaMode::Serving {
         out.guest_reserve = guest_max_act.iter().map(|&a| (a as f64 * spec.guest_reserve_factor) as u64).collect();
     }
-    size_kv_caches(
-        &out.cluster,
-        &mut out.deployment,
-        &out.tenants,
-        out.memory,
-        &out.guest_reserve,
-        spec.keep_kv_tokens,
-    )
-    .map_err(|e| ScenarioError::Field {
-        path: out.path.display().to_string(),
-        field: "planner".into(),
-        msg: e.to_string(),
-    })?;
+    size_kv_caches(&out.cluster, &mut out.deployment, &out.tenants, out.memory, &out.guest_reserve, true).map_err(
+        |e| ScenarioError::Field { path: out.path.display().to_string(), field: "planner".into(), msg: e.to_string() },
+    )?;
     for (i, t) in out.tenants.iter_mut().enumerate() {
         t.kv_blocks = out.deployment.home(TenantId(i as u32)).map_or(0, |h| h.kv_blocks);
     }

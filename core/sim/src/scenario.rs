@@ -76,6 +76,12 @@ pub struct TenantSpec {
     /// Overrides of the scenario's engine settings.
     #[serde(default)]
     pub engine: Option<EngineConfig>,
+    /// KV-cache tokens its home keeps whatever other tenants' replicas want (default:
+    /// the planner's `keep_kv_tokens`): what the tenant asks of its container, like a
+    /// Kubernetes resource request. A light tenant with a large per-token footprint
+    /// can ask less and lend the rest; a heavy one more.
+    #[serde(default)]
+    pub keep_kv_tokens: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +106,8 @@ pub struct TenantSetup {
     pub kv_blocks: u32,
     /// Peak activation bytes per GPU of one iteration at the full token budget.
     pub activation_reserve: u64,
+    /// KV-cache tokens its home keeps whatever replicas want.
+    pub keep_kv_tokens: u64,
 }
 
 /// A loaded, validated scenario with its requests materialised.
@@ -196,11 +204,12 @@ impl Scenario {
                 engine,
                 kv_blocks: 0,
                 activation_reserve,
+                keep_kv_tokens: t.keep_kv_tokens.unwrap_or(spec.planner.keep_kv_tokens),
             });
         }
         spec.planner.check().map_err(|e| field("planner".into(), e))?;
         let guest_reserve = vec![0; cluster.len()];
-        size_kv_caches(&cluster, &mut deployment, &tenants, mem, &guest_reserve, 0)
+        size_kv_caches(&cluster, &mut deployment, &tenants, mem, &guest_reserve, false)
             .map_err(|e| field("tenants".into(), e.to_string()))?;
         for (i, t) in tenants.iter_mut().enumerate() {
             t.kv_blocks = deployment.home(slicesched_gmg::TenantId(i as u32)).map_or(0, |h| h.kv_blocks);
@@ -303,8 +312,19 @@ pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -
 /// Splits each GPU's memory left after weights, activation reserves and the guest
 /// reserve evenly among the engine instances (homes and serving replicas) on it, and
 /// sizes every instance's KV cache from its tightest GPU.
-fn home_keep_bytes(t: &TenantSetup, tokens: u64) -> u64 {
-    tokens * t.model.kv_bytes_per_token(t.gpus.len() as u32)
+fn home_keep_bytes(t: &TenantSetup, keep: bool) -> u64 {
+    if keep {
+        t.keep_bytes()
+    } else {
+        0
+    }
+}
+
+impl TenantSetup {
+    /// KV bytes per GPU its home keeps ([`Self::keep_kv_tokens`]).
+    pub fn keep_bytes(&self) -> u64 {
+        self.keep_kv_tokens * self.model.kv_bytes_per_token(self.gpus.len() as u32)
+    }
 }
 
 pub(crate) fn size_kv_caches(
@@ -313,7 +333,7 @@ pub(crate) fn size_kv_caches(
     tenants: &[TenantSetup],
     mem: MemorySpec,
     guest_reserve: &[u64],
-    home_keep_tokens: u64,
+    home_keep: bool,
 ) -> Result<(), DeploymentError> {
     let n = cluster.len();
     let serving = |h: &slicesched_gmg::TenantHome| h.serves;
@@ -346,7 +366,7 @@ pub(crate) fn size_kv_caches(
                 tenants: names,
             });
         }
-        // A tenant's home keeps `home_keep_tokens` of KV before replicas hosted on
+        // A tenant's home keeps its `keep_kv_tokens` of KV before replicas hosted on
         // its GPUs share what is left with it: an equal byte split would give a
         // KV-heavy model (a 13B with 4x the bytes per token of an 8B with GQA) a
         // fraction of the tokens and make it preempt under load.
@@ -354,7 +374,7 @@ pub(crate) fn size_kv_caches(
         let kept: u64 = residents[g]
             .iter()
             .filter(|&&i| dep.homes[i].is_home)
-            .map(|&i| home_keep_bytes(&tenants[dep.homes[i].tenant.index()], home_keep_tokens))
+            .map(|&i| home_keep_bytes(&tenants[dep.homes[i].tenant.index()], home_keep))
             .sum::<u64>()
             // Serving replicas hosted here keep at least a quarter between them.
             .min(if residents[g].iter().any(|&i| !dep.homes[i].is_home) { free / 4 * 3 } else { free });
@@ -378,9 +398,9 @@ pub(crate) fn size_kv_caches(
                     let asks: u64 = residents[g]
                         .iter()
                         .filter(|&&j| dep.homes[j].is_home)
-                        .map(|&j| home_keep_bytes(&tenants[dep.homes[j].tenant.index()], home_keep_tokens))
+                        .map(|&j| home_keep_bytes(&tenants[dep.homes[j].tenant.index()], home_keep))
                         .sum();
-                    (keep_on[g] as u128 * home_keep_bytes(t, home_keep_tokens) as u128 / asks.max(1) as u128) as u64
+                    (keep_on[g] as u128 * home_keep_bytes(t, home_keep) as u128 / asks.max(1) as u128) as u64
                 } else {
                     0
                 };

@@ -108,3 +108,45 @@ fn duplicate_tenant_names() {
     let e = scenario_err(&text);
     assert!(e.contains("tenants[1].name") && e.contains("not unique"), "{e}");
 }
+
+const TWO_H100: &str = r#"
+name = "keep"
+seed = 1
+duration_s = 10
+[cluster]
+[[cluster.nodes]]
+gpu = "H100-80GB"
+gpus = 2
+[[tenants]]
+name = "big"
+model = "llama-2-13b"
+gpus = [0]
+sla = { ttft_ms = 500, tpot_ms = 50 }
+trace = { kind = "poisson", rate = 1.0 }
+[[tenants]]
+name = "small"
+model = "llama-3-8b"
+gpus = [1]
+KEEP
+sla = { ttft_ms = 500, tpot_ms = 50 }
+trace = { kind = "poisson", rate = 1.0 }
+"#;
+
+#[test]
+fn a_tenants_kv_request_bounds_the_replicas_on_its_gpu() {
+    use slicesched_sim::{plan, ReplicaMode};
+    let planned = |keep: &str| {
+        let s = scenario(&TWO_H100.replace("KEEP", keep));
+        plan(&s, ReplicaMode::Serving).unwrap()
+    };
+    // The planner's default request (100k tokens, 13 GB for the 8B) leaves room for a
+    // serving copy of the 13B (26 GB) on the 8B's GPU.
+    let default = planned("");
+    assert_eq!(default.tenants[1].keep_kv_tokens, 100_000);
+    assert!(default.deployment.replicas(slicesched_gmg::TenantId(0)).any(|h| h.serves));
+    // Asking for 300k tokens (38 GB) keeps that memory for the 8B's own KV cache.
+    let kept = planned("keep_kv_tokens = 300000");
+    assert_eq!(kept.tenants[1].keep_kv_tokens, 300_000);
+    assert_eq!(kept.deployment.replicas(slicesched_gmg::TenantId(0)).count(), 0);
+    assert!(kept.tenants[1].kv_blocks as u64 * 16 >= 300_000, "{}", kept.tenants[1].kv_blocks);
+}
