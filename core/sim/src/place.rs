@@ -201,8 +201,8 @@ impl Sim<'_> {
         }
         // A decision batch is the view, the policy call and the core's checks (what-ifs
         // included). Timing every one would cost more than many decisions: sample 1/64.
-        let t0 = (self.opts.time_decisions && self.stats.decisions % 64 == 0).then(std::time::Instant::now);
-        let sample = self.rec.decisions_every > 0 && self.stats.decisions % self.rec.decisions_every == 0;
+        let t0 = (self.opts.time_decisions && self.stats.decisions.is_multiple_of(64)).then(std::time::Instant::now);
+        let sample = self.rec.decisions_every > 0 && self.stats.decisions.is_multiple_of(self.rec.decisions_every);
         let (borrowed0, rejected0) = (self.stats.borrowed, self.rec.rejected_total);
         if self.policy.reads_view() {
             self.build_views();
@@ -462,9 +462,10 @@ impl Sim<'_> {
             }
             self.op_keys[slot] = key;
             let cand = self.candidate(r.op, r.tenant, group, dur, prio, self.now + ns, r.out_bytes + bytes, key);
-            let tl = self.timeline.as_mut().expect("checked");
-            tl.advance(self.now);
-            tl.commit(cand).expect("keys are unique and groups exist");
+            if let Some(tl) = self.timeline.as_mut() {
+                tl.advance(self.now);
+                tl.commit(cand).expect("keys are unique and groups exist");
+            }
         }
         if ns == 0 {
             self.enqueue(r.op, group, prio, dur);
