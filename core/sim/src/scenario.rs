@@ -110,6 +110,13 @@ pub struct TenantSetup {
     pub keep_kv_tokens: u64,
 }
 
+impl TenantSetup {
+    /// KV bytes per GPU its home keeps ([`Self::keep_kv_tokens`]).
+    pub fn keep_bytes(&self) -> u64 {
+        self.keep_kv_tokens * self.model.kv_bytes_per_token(self.gpus.len() as u32)
+    }
+}
+
 /// A loaded, validated scenario with its requests materialised.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -309,9 +316,6 @@ pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -
     peak
 }
 
-/// Splits each GPU's memory left after weights, activation reserves and the guest
-/// reserve evenly among the engine instances (homes and serving replicas) on it, and
-/// sizes every instance's KV cache from its tightest GPU.
 fn home_keep_bytes(t: &TenantSetup, keep: bool) -> u64 {
     if keep {
         t.keep_bytes()
@@ -320,13 +324,11 @@ fn home_keep_bytes(t: &TenantSetup, keep: bool) -> u64 {
     }
 }
 
-impl TenantSetup {
-    /// KV bytes per GPU its home keeps ([`Self::keep_kv_tokens`]).
-    pub fn keep_bytes(&self) -> u64 {
-        self.keep_kv_tokens * self.model.kv_bytes_per_token(self.gpus.len() as u32)
-    }
-}
-
+/// Splits each GPU's memory left after weights, activation reserves and the guest
+/// reserve among the engine instances (homes and serving replicas) on it, and sizes
+/// every instance's KV cache from its tightest GPU. With `home_keep` (once replicas
+/// exist), each home first keeps its tenant's `keep_kv_tokens`; without, the split is
+/// even.
 pub(crate) fn size_kv_caches(
     cluster: &Cluster,
     dep: &mut Deployment,
