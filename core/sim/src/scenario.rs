@@ -316,14 +316,6 @@ pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -
     peak
 }
 
-fn home_keep_bytes(t: &TenantSetup, keep: bool) -> u64 {
-    if keep {
-        t.keep_bytes()
-    } else {
-        0
-    }
-}
-
 /// Splits each GPU's memory left after weights, activation reserves and the guest
 /// reserve among the engine instances (homes and serving replicas) on it, and sizes
 /// every instance's KV cache from its tightest GPU. With `home_keep` (once replicas
@@ -339,6 +331,7 @@ pub(crate) fn size_kv_caches(
 ) -> Result<(), DeploymentError> {
     let n = cluster.len();
     let serving = |h: &slicesched_gmg::TenantHome| h.serves;
+    let home_keep_bytes = |t: &TenantSetup| if home_keep { t.keep_bytes() } else { 0 };
     let mut residents: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, h) in dep.homes.iter().enumerate() {
         if serving(h) {
@@ -376,7 +369,7 @@ pub(crate) fn size_kv_caches(
         let kept: u64 = residents[g]
             .iter()
             .filter(|&&i| dep.homes[i].is_home)
-            .map(|&i| home_keep_bytes(&tenants[dep.homes[i].tenant.index()], home_keep))
+            .map(|&i| home_keep_bytes(&tenants[dep.homes[i].tenant.index()]))
             .sum::<u64>()
             // Serving replicas hosted here keep at least a quarter between them.
             .min(if residents[g].iter().any(|&i| !dep.homes[i].is_home) { free / 4 * 3 } else { free });
@@ -400,9 +393,9 @@ pub(crate) fn size_kv_caches(
                     let asks: u64 = residents[g]
                         .iter()
                         .filter(|&&j| dep.homes[j].is_home)
-                        .map(|&j| home_keep_bytes(&tenants[dep.homes[j].tenant.index()], home_keep))
+                        .map(|&j| home_keep_bytes(&tenants[dep.homes[j].tenant.index()]))
                         .sum();
-                    (keep_on[g] as u128 * home_keep_bytes(t, home_keep) as u128 / asks.max(1) as u128) as u64
+                    (keep_on[g] as u128 * home_keep_bytes(t) as u128 / asks.max(1) as u128) as u64
                 } else {
                     0
                 };

@@ -109,35 +109,18 @@ fn duplicate_tenant_names() {
     assert!(e.contains("tenants[1].name") && e.contains("not unique"), "{e}");
 }
 
-const TWO_H100: &str = r#"
-name = "keep"
-seed = 1
-duration_s = 10
-[cluster]
-[[cluster.nodes]]
-gpu = "H100-80GB"
-gpus = 2
-[[tenants]]
-name = "big"
-model = "llama-2-13b"
-gpus = [0]
-sla = { ttft_ms = 500, tpot_ms = 50 }
-trace = { kind = "poisson", rate = 1.0 }
-[[tenants]]
-name = "small"
-model = "llama-3-8b"
-gpus = [1]
-KEEP
-sla = { ttft_ms = 500, tpot_ms = 50 }
-trace = { kind = "poisson", rate = 1.0 }
-"#;
-
 #[test]
 fn a_tenants_kv_request_bounds_the_replicas_on_its_gpu() {
     use slicesched_sim::{plan, ReplicaMode};
+    // A 13B on GPU 0 and an 8B (asking `keep`) on GPU 1, both 80 GB.
     let planned = |keep: &str| {
-        let s = scenario(&TWO_H100.replace("KEEP", keep));
-        plan(&s, ReplicaMode::Serving).unwrap()
+        let mut text = with("llama-2-13b", "[0]");
+        let second = text[text.find("[[tenants]]").unwrap()..]
+            .replace("\"a\"", "\"b\"")
+            .replace("llama-2-13b", "llama-3-8b")
+            .replace("[0]", &format!("[1]\n{keep}"));
+        text.push_str(&second);
+        plan(&scenario(&text), ReplicaMode::Serving).unwrap()
     };
     // The planner's default request (100k tokens, 13 GB for the 8B) leaves room for a
     // serving copy of the 13B (26 GB) on the 8B's GPU.
