@@ -62,16 +62,20 @@ pub struct ModelConfig {
     pub gated_mlp: bool,
 }
 
-/// Presets: (name, hidden, heads, kv heads, intermediate, layers, vocab).
-pub const PRESETS: &[(&str, u64, u64, u64, u64, u64, u64)] = &[
-    ("llama-2-7b", 4096, 32, 32, 11008, 32, 32000),
-    ("llama-2-13b", 5120, 40, 40, 13824, 40, 32000),
-    ("llama-2-70b", 8192, 64, 8, 28672, 80, 32000),
-    ("llama-3-8b", 4096, 32, 8, 14336, 32, 128256),
-    ("llama-3-70b", 8192, 64, 8, 28672, 80, 128256),
-    ("mistral-7b", 4096, 32, 8, 14336, 32, 32000),
-    ("qwen2.5-7b", 3584, 28, 4, 18944, 28, 152064),
-    ("qwen2.5-14b", 5120, 40, 8, 13824, 48, 152064),
+/// Presets: (name, hidden, heads, kv heads, head dim, intermediate, layers, vocab).
+pub const PRESETS: &[(&str, u64, u64, u64, u64, u64, u64, u64)] = &[
+    ("llama-2-7b", 4096, 32, 32, 128, 11008, 32, 32000),
+    ("llama-2-13b", 5120, 40, 40, 128, 13824, 40, 32000),
+    ("llama-2-70b", 8192, 64, 8, 128, 28672, 80, 32000),
+    ("llama-3-8b", 4096, 32, 8, 128, 14336, 32, 128256),
+    ("llama-3-70b", 8192, 64, 8, 128, 28672, 80, 128256),
+    ("mistral-7b", 4096, 32, 8, 128, 14336, 32, 32000),
+    // Its heads are narrower than hidden / heads: attention is 4096 wide in a 5120 model.
+    ("mistral-small-24b", 5120, 32, 8, 128, 32768, 40, 131072),
+    ("qwen2.5-7b", 3584, 28, 4, 128, 18944, 28, 152064),
+    ("qwen2.5-14b", 5120, 40, 8, 128, 13824, 48, 152064),
+    ("qwen2.5-32b", 5120, 40, 8, 128, 27648, 64, 152064),
+    ("codellama-34b", 8192, 64, 8, 128, 22016, 48, 32000),
 ];
 
 /// Other spellings users and traces use for the presets.
@@ -83,6 +87,10 @@ const ALIASES: &[(&str, &str)] = &[
     ("meta-llama-3-70b", "llama-3-70b"),
     ("mistral-7b-v0.1", "mistral-7b"),
     ("qwen2.5-7b-instruct", "qwen2.5-7b"),
+    ("qwen2.5-32b-instruct", "qwen2.5-32b"),
+    ("mistral-small-24b-instruct-2501", "mistral-small-24b"),
+    ("mistral-small-24b-base-2501", "mistral-small-24b"),
+    ("codellama-34b-hf", "codellama-34b"),
 ];
 
 #[derive(Deserialize)]
@@ -120,14 +128,14 @@ impl ModelConfig {
         let lower = name.to_ascii_lowercase();
         let lower = lower.rsplit('/').next().unwrap_or(&lower).to_string();
         let key = ALIASES.iter().find(|(a, _)| *a == lower).map(|(_, p)| *p).unwrap_or(&lower);
-        let &(n, h, q, kv, i, l, v) =
+        let &(n, h, q, kv, d, i, l, v) =
             PRESETS.iter().find(|p| p.0 == key).ok_or_else(|| ModelError::UnknownPreset(name.to_string()))?;
         Ok(Self {
             name: n.into(),
             hidden_size: h,
             num_attention_heads: q,
             num_key_value_heads: kv,
-            head_dim: h / q,
+            head_dim: d,
             intermediate_size: i,
             num_hidden_layers: l,
             vocab_size: v,
@@ -292,6 +300,9 @@ mod tests {
         assert!((billions("llama-3-8b") - 8.03).abs() < 0.05);
         assert!((billions("mistral-7b") - 7.24).abs() < 0.05);
         assert!((billions("qwen2.5-7b") - 7.6).abs() < 0.1);
+        assert!((billions("mistral-small-24b") - 23.6).abs() < 0.1, "{}", billions("mistral-small-24b"));
+        assert!((billions("qwen2.5-32b") - 32.8).abs() < 0.2, "{}", billions("qwen2.5-32b"));
+        assert!((billions("codellama-34b") - 33.7).abs() < 0.2, "{}", billions("codellama-34b"));
     }
 
     #[test]

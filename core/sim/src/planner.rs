@@ -100,68 +100,78 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         if !serving && mode == ReplicaMode::Both {
             budget.iter_mut().for_each(|b| *b = (*b as f64 * spec.weight_replica_fraction) as u64);
         }
-        for round in 0..spec.max_replicas_per_tenant {
-            for h in &homes {
-                let t = &scn.tenants[h.tenant.index()];
-                if copies[h.tenant.index()] >= spec.max_replicas_per_tenant {
-                    continue;
-                }
-                let tp = t.gpus.len();
-                let layers = t.model.num_hidden_layers as u32;
-                // Targets: other tenants' home groups of the same size (same TP layout),
-                // nearest first (same node), then most budget left.
-                let node = scn.cluster.gpu(t.gpus[0]).node;
-                let mut targets: Vec<_> = homes
-                    .iter()
-                    .filter(|o| o.tenant != h.tenant)
-                    .map(|o| out.deployment.group(o.group).clone())
-                    .filter(|g| g.gpus.len() == tp && !g.gpus.iter().any(|x| t.gpus.contains(x)))
-                    .filter(|g| !out.deployment.homes.iter().any(|r| r.tenant == h.tenant && r.group == g.id))
-                    .collect();
-                targets.sort_by_key(|g| g.id);
-                targets.dedup_by_key(|g| g.id);
-                targets.sort_by_key(|g| {
-                    let left = g.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
-                    (scn.cluster.gpu(g.gpus[0]).node != node, std::cmp::Reverse(left), g.id)
-                });
-                let Some(target) = targets.first() else { continue };
-                let left = target.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
-                let whole = t.model.weight_bytes_per_gpu(tp as u32);
-                let (range, bytes) = if serving {
-                    // A serving copy needs room for a useful KV cache too: a third of
-                    // the budget stays for it.
-                    if whole > left / 3 * 2 {
+        // A weight-only copy is the only help a model too large to serve from another
+        // GPU can get: tenants without a serving copy take all their rounds first.
+        let passes: Vec<Vec<&TenantHome>> = if serving {
+            vec![homes.iter().collect()]
+        } else {
+            let served = |h: &&TenantHome| out.deployment.homes.iter().any(|r| r.tenant == h.tenant && !r.is_home);
+            let (some, none): (Vec<_>, Vec<_>) = homes.iter().partition(served);
+            vec![none, some]
+        };
+        for pass in &passes {
+            for _round in 0..scn.tenants.iter().map(|t| t.max_replicas).max().unwrap_or(0) {
+                for &h in pass {
+                    let t = &scn.tenants[h.tenant.index()];
+                    if copies[h.tenant.index()] >= t.max_replicas {
                         continue;
                     }
-                    ((0, layers), whole)
-                } else if whole <= left {
-                    ((0, layers), whole)
-                } else if spec.layer_ranges {
-                    let per_layer = whole / (layers as u64 + 2);
-                    let fit = (left / per_layer.max(1)).min(layers as u64) as u32;
-                    if fit < layers / 4 || fit == 0 {
+                    let tp = t.gpus.len();
+                    let layers = t.model.num_hidden_layers as u32;
+                    // Targets: other tenants' home groups of the same size (same TP layout),
+                    // nearest first (same node), then most budget left.
+                    let node = scn.cluster.gpu(t.gpus[0]).node;
+                    let mut targets: Vec<_> = homes
+                        .iter()
+                        .filter(|o| o.tenant != h.tenant)
+                        .map(|o| out.deployment.group(o.group).clone())
+                        .filter(|g| g.gpus.len() == tp && !g.gpus.iter().any(|x| t.gpus.contains(x)))
+                        .filter(|g| !out.deployment.homes.iter().any(|r| r.tenant == h.tenant && r.group == g.id))
+                        .collect();
+                    targets.sort_by_key(|g| g.id);
+                    targets.dedup_by_key(|g| g.id);
+                    targets.sort_by_key(|g| {
+                        let left = g.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
+                        (scn.cluster.gpu(g.gpus[0]).node != node, std::cmp::Reverse(left), g.id)
+                    });
+                    let Some(target) = targets.first() else { continue };
+                    let left = target.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
+                    let whole = t.model.weight_bytes_per_gpu(tp as u32);
+                    let (range, bytes) = if serving {
+                        // A serving copy needs room for a useful KV cache too: a third of
+                        // the budget stays for it.
+                        if whole > left / 3 * 2 {
+                            continue;
+                        }
+                        ((0, layers), whole)
+                    } else if whole <= left {
+                        ((0, layers), whole)
+                    } else if spec.layer_ranges {
+                        let per_layer = whole / (layers as u64 + 2);
+                        let fit = (left / per_layer.max(1)).min(layers as u64) as u32;
+                        if fit < layers / 4 || fit == 0 {
+                            continue;
+                        }
+                        let start = least_covered_start(&out.deployment.homes, h.tenant, layers, fit);
+                        ((start, start + fit), per_layer * fit as u64)
+                    } else {
                         continue;
+                    };
+                    for x in &target.gpus {
+                        budget[x.0 as usize] -= bytes.min(budget[x.0 as usize]);
+                        guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
                     }
-                    // Successive replicas of one tenant cover different layers.
-                    let start = (round * fit) % (layers - fit + 1);
-                    ((start, start + fit), per_layer * fit as u64)
-                } else {
-                    continue;
-                };
-                for x in &target.gpus {
-                    budget[x.0 as usize] -= bytes.min(budget[x.0 as usize]);
-                    guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
+                    copies[h.tenant.index()] += 1;
+                    out.deployment.homes.push(TenantHome {
+                        tenant: h.tenant,
+                        group: target.id,
+                        layers: range,
+                        weight_bytes_per_gpu: bytes,
+                        is_home: false,
+                        serves: serving,
+                        kv_blocks: 0,
+                    });
                 }
-                copies[h.tenant.index()] += 1;
-                out.deployment.homes.push(TenantHome {
-                    tenant: h.tenant,
-                    group: target.id,
-                    layers: range,
-                    weight_bytes_per_gpu: bytes,
-                    is_home: false,
-                    serves: serving,
-                    kv_blocks: 0,
-                });
             }
         }
     }
@@ -175,4 +185,47 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         t.kv_blocks = out.deployment.home(TenantId(i as u32)).map_or(0, |h| h.kv_blocks);
     }
     Ok(out)
+}
+
+/// Where a copy of `fit` of the tenant's `layers` layers should start: on the layers its
+/// copies so far cover least (first such start on a tie), so that two ranges of a model
+/// too large to copy whole cover all of it between them and every layer's GEMMs have
+/// somewhere to go (rotating starts by round left the last layers uncovered).
+fn least_covered_start(homes: &[TenantHome], tenant: TenantId, layers: u32, fit: u32) -> u32 {
+    let mut cover = vec![0u32; layers as usize];
+    for h in homes.iter().filter(|h| h.tenant == tenant && !h.is_home) {
+        cover.iter_mut().take(h.layers.1 as usize).skip(h.layers.0 as usize).for_each(|c| *c += 1);
+    }
+    (0..=layers - fit).min_by_key(|&s| (cover[s as usize..(s + fit) as usize].iter().sum::<u32>(), s)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slicesched_gmg::GroupId;
+
+    fn copy(layers: (u32, u32)) -> TenantHome {
+        TenantHome {
+            tenant: TenantId(0),
+            group: GroupId(1),
+            layers,
+            weight_bytes_per_gpu: 0,
+            is_home: false,
+            serves: false,
+            kv_blocks: 0,
+        }
+    }
+
+    #[test]
+    fn successive_layer_ranges_cover_the_whole_model() {
+        assert_eq!(least_covered_start(&[], TenantId(0), 40, 28), 0);
+        // The second range takes the tail the first left uncovered.
+        assert_eq!(least_covered_start(&[copy((0, 28))], TenantId(0), 40, 28), 12);
+        // A third, shorter one: head and tail are covered once, the middle twice.
+        assert_eq!(least_covered_start(&[copy((0, 28)), copy((12, 40))], TenantId(0), 40, 10), 0);
+        // Another tenant's copies do not count.
+        let mut other = copy((0, 28));
+        other.tenant = TenantId(1);
+        assert_eq!(least_covered_start(&[other], TenantId(0), 40, 28), 0);
+    }
 }

@@ -82,6 +82,11 @@ pub struct TenantSpec {
     /// can ask less and lend the rest; a heavy one more.
     #[serde(default)]
     pub keep_kv_tokens: Option<u64>,
+    /// Most copies of its weights the planner may place on other GPUs (default: the
+    /// planner's `max_replicas_per_tenant`), like a Kubernetes autoscaler's
+    /// `maxReplicas`: a light tenant asks few and leaves the memory to others.
+    #[serde(default)]
+    pub max_replicas: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +113,8 @@ pub struct TenantSetup {
     pub activation_reserve: u64,
     /// KV-cache tokens its home keeps whatever replicas want.
     pub keep_kv_tokens: u64,
+    /// Most copies of its weights the planner may place elsewhere.
+    pub max_replicas: u32,
 }
 
 impl TenantSetup {
@@ -212,6 +219,7 @@ impl Scenario {
                 kv_blocks: 0,
                 activation_reserve,
                 keep_kv_tokens: t.keep_kv_tokens.unwrap_or(spec.planner.keep_kv_tokens),
+                max_replicas: t.max_replicas.unwrap_or(spec.planner.max_replicas_per_tenant),
             });
         }
         spec.planner.check().map_err(|e| field("planner".into(), e))?;

@@ -22,7 +22,8 @@ fn shipped_scenarios_load() {
     let b = shipped("bursty-8t.toml");
     assert_eq!(b.tenants.len(), 8);
     let models: std::collections::BTreeSet<_> = b.tenants.iter().map(|t| t.model.name.clone()).collect();
-    assert!(models.len() >= 5, "mixed models: {models:?}");
+    assert!(models.len() >= 4, "mixed models: {models:?}");
+    assert_eq!(b.tenants.iter().filter(|t| t.model.parameters() > 20_000_000_000).count(), 2);
     shipped("smoke.toml");
 }
 
@@ -132,4 +133,55 @@ fn a_tenants_kv_request_bounds_the_replicas_on_its_gpu() {
     assert_eq!(kept.tenants[1].keep_kv_tokens, 300_000);
     assert_eq!(kept.deployment.replicas(slicesched_gmg::TenantId(0)).count(), 0);
     assert!(kept.tenants[1].kv_blocks as u64 * 16 >= 300_000, "{}", kept.tenants[1].kv_blocks);
+}
+
+/// `bursty-8t` is the case where whole replicas do not fit: no 24B serving copy for a
+/// request-level policy, while weight-only copies give every 24B tenant all its layers
+/// somewhere else for an operator-level one.
+#[test]
+fn bursty_8t_fits_weights_of_its_large_models_but_no_serving_copies() {
+    use slicesched_gmg::TenantId;
+    use slicesched_sim::{plan, ReplicaMode};
+    let b = shipped("bursty-8t.toml");
+    let large: Vec<_> = (0..b.tenants.len())
+        .filter(|&i| b.tenants[i].model.parameters() > 20_000_000_000)
+        .map(|i| TenantId(i as u32))
+        .collect();
+    let serving = plan(&b, ReplicaMode::Serving).unwrap();
+    for &t in &large {
+        assert_eq!(serving.deployment.replicas(t).count(), 0, "{}", b.tenants[t.index()].name);
+    }
+    let both = plan(&b, ReplicaMode::Both).unwrap();
+    for &t in &large {
+        let layers = b.tenants[t.index()].model.num_hidden_layers as u32;
+        let mut covered = vec![false; layers as usize];
+        for h in both.deployment.replicas(t) {
+            assert!(!h.serves, "{}: a serving copy", b.tenants[t.index()].name);
+            covered[h.layers.0 as usize..h.layers.1 as usize].iter_mut().for_each(|c| *c = true);
+        }
+        assert!(covered.iter().all(|&c| c), "{}: layers left uncovered", b.tenants[t.index()].name);
+    }
+    // The KV requests hold: no tenant's cache drops below what it asked for.
+    for t in &both.tenants {
+        assert!(t.kv_blocks as u64 * 16 >= t.keep_kv_tokens, "{}: {} blocks", t.name, t.kv_blocks);
+    }
+}
+
+#[test]
+fn a_tenant_asking_no_replicas_gets_none() {
+    use slicesched_sim::{plan, ReplicaMode};
+    let planned = |extra: &str| {
+        let mut text = with("llama-3-8b", &format!("[0]\n{extra}"));
+        let second = text[text.find("[[tenants]]").unwrap()..]
+            .replace("\"a\"", "\"b\"")
+            .replace(&format!("[0]\n{extra}"), "[1]\n");
+        text.push_str(&second);
+        plan(&scenario(&text), ReplicaMode::Serving).unwrap()
+    };
+    assert_eq!(planned("").deployment.replicas(slicesched_gmg::TenantId(0)).count(), 1);
+    let none = planned("max_replicas = 0");
+    assert_eq!(none.tenants[0].max_replicas, 0);
+    assert_eq!(none.deployment.replicas(slicesched_gmg::TenantId(0)).count(), 0);
+    // The other tenant still gets its copy.
+    assert_eq!(none.deployment.replicas(slicesched_gmg::TenantId(1)).count(), 1);
 }
