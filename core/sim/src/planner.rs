@@ -23,6 +23,7 @@ pub struct PlannerSpec {
     /// that budget weight-only copies may take (they cost the host KV cache and serve
     /// no request by themselves; on bursty-8t they cost `slice` 2 points of violations).
     pub weight_replica_fraction: f64,
+    /// Most copies of one tenant, unless the tenant asks its own (`max_replicas`).
     pub max_replicas_per_tenant: u32,
     /// Allow replicas of a layer range when the whole model does not fit.
     pub layer_ranges: bool,
