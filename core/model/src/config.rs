@@ -62,8 +62,10 @@ pub struct ModelConfig {
     pub gated_mlp: bool,
 }
 
-/// Presets: (name, hidden, heads, kv heads, head dim, intermediate, layers, vocab).
-pub const PRESETS: &[(&str, u64, u64, u64, u64, u64, u64, u64)] = &[
+/// A preset: (name, hidden, heads, kv heads, head dim, intermediate, layers, vocab).
+pub type Preset = (&'static str, u64, u64, u64, u64, u64, u64, u64);
+
+pub const PRESETS: &[Preset] = &[
     ("llama-2-7b", 4096, 32, 32, 128, 11008, 32, 32000),
     ("llama-2-13b", 5120, 40, 40, 128, 13824, 40, 32000),
     ("llama-2-70b", 8192, 64, 8, 128, 28672, 80, 32000),

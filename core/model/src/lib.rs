@@ -13,6 +13,6 @@ mod config;
 mod dag;
 mod ops;
 
-pub use config::{Dtype, ModelConfig, ModelError, PRESETS};
+pub use config::{Dtype, ModelConfig, ModelError, Preset, PRESETS};
 pub use dag::{DecodeItem, IterationBatch, IterationDag, OpRef, PrefillItem, Segment};
 pub use ops::{AttnShape, OpKind, OpShape, OpSpec};
