@@ -21,7 +21,8 @@ pub struct PlannerSpec {
     pub replica_memory_fraction: f64,
     /// For a policy that uses both kinds, the share of what serving copies leave of
     /// that budget weight-only copies may take (they cost the host KV cache and serve
-    /// no request by themselves; on bursty-8t they cost `slice` 2 points of violations).
+    /// no request by themselves; on the former 7-14B bursty-8t they cost `slice` 2
+    /// points of violations; where no serving copy fits, they are all a copy can be).
     pub weight_replica_fraction: f64,
     /// Most copies of one tenant, unless the tenant asks its own (`max_replicas`).
     pub max_replicas_per_tenant: u32,
@@ -106,7 +107,8 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         let passes: Vec<Vec<&TenantHome>> = if serving {
             vec![homes.iter().collect()]
         } else {
-            let served = |h: &&TenantHome| out.deployment.homes.iter().any(|r| r.tenant == h.tenant && !r.is_home);
+            let served =
+                |h: &&TenantHome| out.deployment.homes.iter().any(|r| r.tenant == h.tenant && r.serves && !r.is_home);
             let (some, none): (Vec<_>, Vec<_>) = homes.iter().partition(served);
             vec![none, some]
         };
