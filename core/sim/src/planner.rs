@@ -9,7 +9,7 @@
 
 use crate::scenario::{size_kv_caches, Scenario, ScenarioError};
 use serde::{Deserialize, Serialize};
-use slicesched_gmg::{TenantHome, TenantId};
+use slicesched_gmg::{Deployment, GroupId, TenantHome, TenantId};
 use slicesched_hw::GpuId;
 pub use slicesched_policy::ReplicaMode;
 
@@ -112,68 +112,21 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
             let (some, none): (Vec<_>, Vec<_>) = homes.iter().partition(served);
             vec![none, some]
         };
+        let rounds = scn.tenants.iter().map(|t| t.max_replicas).max().unwrap_or(0);
         for pass in &passes {
-            for _round in 0..scn.tenants.iter().map(|t| t.max_replicas).max().unwrap_or(0) {
+            for _round in 0..rounds {
                 for &h in pass {
                     let t = &scn.tenants[h.tenant.index()];
                     if copies[h.tenant.index()] >= t.max_replicas {
                         continue;
                     }
-                    let tp = t.gpus.len();
-                    let layers = t.model.num_hidden_layers as u32;
-                    // Targets: other tenants' home groups of the same size (same TP layout),
-                    // nearest first (same node), then most budget left.
-                    let node = scn.cluster.gpu(t.gpus[0]).node;
-                    let mut targets: Vec<_> = homes
-                        .iter()
-                        .filter(|o| o.tenant != h.tenant)
-                        .map(|o| out.deployment.group(o.group).clone())
-                        .filter(|g| g.gpus.len() == tp && !g.gpus.iter().any(|x| t.gpus.contains(x)))
-                        .filter(|g| !out.deployment.homes.iter().any(|r| r.tenant == h.tenant && r.group == g.id))
-                        .collect();
-                    targets.sort_by_key(|g| g.id);
-                    targets.dedup_by_key(|g| g.id);
-                    targets.sort_by_key(|g| {
-                        let left = g.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
-                        (scn.cluster.gpu(g.gpus[0]).node != node, std::cmp::Reverse(left), g.id)
-                    });
-                    let Some(target) = targets.first() else { continue };
-                    let left = target.gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
-                    let whole = t.model.weight_bytes_per_gpu(tp as u32);
-                    let (range, bytes) = if serving {
-                        // A serving copy needs room for a useful KV cache too: a third of
-                        // the budget stays for it.
-                        if whole > left / 3 * 2 {
-                            continue;
-                        }
-                        ((0, layers), whole)
-                    } else if whole <= left {
-                        ((0, layers), whole)
-                    } else if spec.layer_ranges {
-                        let per_layer = whole / (layers as u64 + 2);
-                        let fit = (left / per_layer.max(1)).min(layers as u64) as u32;
-                        if fit < layers / 4 || fit == 0 {
-                            continue;
-                        }
-                        let start = least_covered_start(&out.deployment.homes, h.tenant, layers, fit);
-                        ((start, start + fit), per_layer * fit as u64)
-                    } else {
-                        continue;
-                    };
-                    for x in &target.gpus {
-                        budget[x.0 as usize] -= bytes.min(budget[x.0 as usize]);
+                    let Some(copy) = next_copy(scn, &out.deployment, &homes, &budget, h, serving) else { continue };
+                    for x in &out.deployment.group(copy.group).gpus {
+                        budget[x.0 as usize] -= copy.weight_bytes_per_gpu.min(budget[x.0 as usize]);
                         guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
                     }
                     copies[h.tenant.index()] += 1;
-                    out.deployment.homes.push(TenantHome {
-                        tenant: h.tenant,
-                        group: target.id,
-                        layers: range,
-                        weight_bytes_per_gpu: bytes,
-                        is_home: false,
-                        serves: serving,
-                        kv_blocks: 0,
-                    });
+                    out.deployment.homes.push(copy);
                 }
             }
         }
@@ -188,6 +141,67 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         t.kv_blocks = out.deployment.home(TenantId(i as u32)).map_or(0, |h| h.kv_blocks);
     }
     Ok(out)
+}
+
+/// The next copy of `h`'s tenant, if one fits: on another tenant's home group of the
+/// same size (same TP layout), nearest first (same node), then the one with the most
+/// budget left; whole, or (weight-only) the layer range that fits.
+fn next_copy(
+    scn: &Scenario,
+    dep: &Deployment,
+    homes: &[TenantHome],
+    budget: &[u64],
+    h: &TenantHome,
+    serving: bool,
+) -> Option<TenantHome> {
+    let t = &scn.tenants[h.tenant.index()];
+    let tp = t.gpus.len();
+    let layers = t.model.num_hidden_layers as u32;
+    let node = scn.cluster.gpu(t.gpus[0]).node;
+    let left_on = |g: GroupId| dep.group(g).gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
+    let mut targets: Vec<GroupId> = homes
+        .iter()
+        .filter(|o| o.tenant != h.tenant)
+        .map(|o| o.group)
+        .filter(|&g| dep.group(g).gpus.len() == tp && !dep.group(g).gpus.iter().any(|x| t.gpus.contains(x)))
+        .filter(|&g| !dep.homes.iter().any(|r| r.tenant == h.tenant && r.group == g))
+        .collect();
+    targets.sort();
+    targets.dedup();
+    let target = targets
+        .into_iter()
+        .min_by_key(|&g| (scn.cluster.gpu(dep.group(g).gpus[0]).node != node, std::cmp::Reverse(left_on(g)), g))?;
+    let left = left_on(target);
+    let whole = t.model.weight_bytes_per_gpu(tp as u32);
+    let (range, bytes) = if serving {
+        // A serving copy needs room for a useful KV cache too: a third of the budget
+        // stays for it.
+        if whole > left / 3 * 2 {
+            return None;
+        }
+        ((0, layers), whole)
+    } else if whole <= left {
+        ((0, layers), whole)
+    } else if scn.spec.planner.layer_ranges {
+        let per_layer = whole / (layers as u64 + 2);
+        let fit = (left / per_layer.max(1)).min(layers as u64) as u32;
+        if fit < layers / 4 || fit == 0 {
+            return None;
+        }
+        let start = least_covered_start(&dep.homes, h.tenant, layers, fit);
+        ((start, start + fit), per_layer * fit as u64)
+    } else {
+        return None;
+    };
+    Some(TenantHome {
+        tenant: h.tenant,
+        group: target,
+        layers: range,
+        weight_bytes_per_gpu: bytes,
+        is_home: false,
+        serves: serving,
+        kv_blocks: 0,
+    })
 }
 
 /// Where a copy of `fit` of the tenant's `layers` layers should start: on the layers its
@@ -205,7 +219,6 @@ fn least_covered_start(homes: &[TenantHome], tenant: TenantId, layers: u32, fit:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slicesched_gmg::GroupId;
 
     fn copy(layers: (u32, u32)) -> TenantHome {
         TenantHome {

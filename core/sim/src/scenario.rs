@@ -350,6 +350,8 @@ pub(crate) fn size_kv_caches(
     }
     let mut share = vec![0u64; n];
     let mut keep_on = vec![0u64; n];
+    // What the homes on each GPU ask between them.
+    let mut asks_on = vec![0u64; n];
     for g in 0..n {
         let cap = cluster.gpus[g].sku.memory;
         let usable = cap - unusable(cap, mem).min(cap);
@@ -374,13 +376,14 @@ pub(crate) fn size_kv_caches(
         // KV-heavy model (a 13B with 4x the bytes per token of an 8B with GQA) a
         // fraction of the tokens and make it preempt under load.
         let free = usable.saturating_sub(need);
-        let kept: u64 = residents[g]
+        asks_on[g] = residents[g]
             .iter()
             .filter(|&&i| dep.homes[i].is_home)
             .map(|&i| home_keep_bytes(&tenants[dep.homes[i].tenant.index()]))
-            .sum::<u64>()
-            // Serving replicas hosted here keep at least a quarter between them.
-            .min(if residents[g].iter().any(|&i| !dep.homes[i].is_home) { free / 4 * 3 } else { free });
+            .sum();
+        // Serving replicas hosted here keep at least a quarter between them.
+        let kept =
+            asks_on[g].min(if residents[g].iter().any(|&i| !dep.homes[i].is_home) { free / 4 * 3 } else { free });
         share[g] = (free - kept) / residents[g].len().max(1) as u64;
         keep_on[g] = kept;
     }
@@ -398,12 +401,7 @@ pub(crate) fn size_kv_caches(
                 let g = g.0 as usize;
                 // Homes co-located on a GPU split what was kept in proportion to their asks.
                 let kept = if home.is_home && keep_on[g] > 0 {
-                    let asks: u64 = residents[g]
-                        .iter()
-                        .filter(|&&j| dep.homes[j].is_home)
-                        .map(|&j| home_keep_bytes(&tenants[dep.homes[j].tenant.index()]))
-                        .sum();
-                    (keep_on[g] as u128 * home_keep_bytes(t) as u128 / asks.max(1) as u128) as u64
+                    (keep_on[g] as u128 * home_keep_bytes(t) as u128 / asks_on[g].max(1) as u128) as u64
                 } else {
                     0
                 };

@@ -47,6 +47,14 @@ fn with(model: &str, gpus: &str) -> String {
     BASE.replace("MODEL", model).replace("GPUS", gpus)
 }
 
+/// Tenant `a` on GPU 0 and tenant `b` on GPU 1, each a (model, extra lines) pair.
+fn two_tenants(a: (&str, &str), b: (&str, &str)) -> String {
+    let mut text = with(a.0, &format!("[0]\n{}", a.1));
+    let second = with(b.0, &format!("[1]\n{}", b.1));
+    text.push_str(&second[second.find("[[tenants]]").unwrap()..].replace("name = \"a\"", "name = \"b\""));
+    text
+}
+
 #[test]
 fn unknown_model_is_named() {
     let e = scenario_err(&with("gpt-9", "[0]"));
@@ -115,13 +123,7 @@ fn a_tenants_kv_request_bounds_the_replicas_on_its_gpu() {
     use slicesched_sim::{plan, ReplicaMode};
     // A 13B on GPU 0 and an 8B (asking `keep`) on GPU 1, both 80 GB.
     let planned = |keep: &str| {
-        let mut text = with("llama-2-13b", "[0]");
-        let second = text[text.find("[[tenants]]").unwrap()..]
-            .replace("\"a\"", "\"b\"")
-            .replace("llama-2-13b", "llama-3-8b")
-            .replace("[0]", &format!("[1]\n{keep}"));
-        text.push_str(&second);
-        plan(&scenario(&text), ReplicaMode::Serving).unwrap()
+        plan(&scenario(&two_tenants(("llama-2-13b", ""), ("llama-3-8b", keep))), ReplicaMode::Serving).unwrap()
     };
     // The planner's default request (100k tokens, 13 GB for the 8B) leaves room for a
     // serving copy of the 13B (26 GB) on the 8B's GPU.
@@ -171,12 +173,7 @@ fn bursty_8t_fits_weights_of_its_large_models_but_no_serving_copies() {
 fn a_tenant_asking_no_replicas_gets_none() {
     use slicesched_sim::{plan, ReplicaMode};
     let planned = |extra: &str| {
-        let mut text = with("llama-3-8b", &format!("[0]\n{extra}"));
-        let second = text[text.find("[[tenants]]").unwrap()..]
-            .replace("\"a\"", "\"b\"")
-            .replace(&format!("[0]\n{extra}"), "[1]\n");
-        text.push_str(&second);
-        plan(&scenario(&text), ReplicaMode::Serving).unwrap()
+        plan(&scenario(&two_tenants(("llama-3-8b", extra), ("llama-3-8b", ""))), ReplicaMode::Serving).unwrap()
     };
     assert_eq!(planned("").deployment.replicas(slicesched_gmg::TenantId(0)).count(), 1);
     let none = planned("max_replicas = 0");
