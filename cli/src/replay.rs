@@ -17,6 +17,9 @@ pub struct Args {
     /// Output directory for summary.json, requests.csv and plots.
     #[arg(long)]
     out: PathBuf,
+    /// Arrival-rate scale (1 replays the traces as they are).
+    #[arg(long, default_value_t = 1.0)]
+    rate_scale: f64,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -44,8 +47,14 @@ pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> R
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let scenario =
+    if !(a.rate_scale.is_finite() && a.rate_scale > 0.0) {
+        bail!("--rate-scale must be a positive number, got {}", a.rate_scale);
+    }
+    let mut scenario =
         Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
+    if a.rate_scale != 1.0 {
+        scenario = scenario.with_rate_scale(a.rate_scale);
+    }
     let result = replay_with_progress(&scenario, &a.policy, a.quiet)?;
     let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
     let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;

@@ -19,11 +19,21 @@ pub struct EngineConfig {
     /// Fraction of KV blocks kept free when admitting new requests, so running ones
     /// can grow without immediate preemption (vLLM's watermark).
     pub watermark: f64,
+    /// While another batch executes, form decode-only or prefill-only batches rather
+    /// than mixed ones, so decode steps never wait behind a prefill chunk's pass.
+    pub split_micro_batches: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { max_batched_tokens: 4096, max_num_seqs: 256, block_size: 16, chunked_prefill: true, watermark: 0.01 }
+        Self {
+            max_batched_tokens: 4096,
+            max_num_seqs: 256,
+            block_size: 16,
+            chunked_prefill: true,
+            watermark: 0.01,
+            split_micro_batches: true,
+        }
     }
 }
 
@@ -217,12 +227,15 @@ impl Engine {
         b.batch.decodes.clear();
         let mut budget = self.cfg.max_batched_tokens;
         let mut preempted = false;
+        let split = self.cfg.split_micro_batches && self.inflight_seqs > 0;
+        let decode_only = split
+            && self.running.iter().any(|v| !self.seqs[v.0 as usize].inflight && !self.seqs[v.0 as usize].in_prefill());
 
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
             let s = &self.seqs[id.0 as usize];
-            if s.inflight {
+            if s.inflight || decode_only && s.in_prefill() {
                 i += 1;
                 continue;
             }
@@ -262,7 +275,7 @@ impl Engine {
         }
 
         // Like vLLM, admit nothing new in a step that had to preempt.
-        if !preempted {
+        if !preempted && !decode_only {
             let watermark = (self.blocks_total as f64 * self.cfg.watermark) as u32;
             while let Some(&id) = self.waiting.front() {
                 if budget == 0 || self.running.len() as u32 >= self.cfg.max_num_seqs {
@@ -465,6 +478,37 @@ mod tests {
         assert_eq!(ev.len(), 2, "requests 0 and 2 got their first token");
         let (_, ev) = run_to_end(&mut e);
         assert_eq!(ev.iter().filter(|x| matches!(x, SeqEvent::Finished { .. })).count(), 3);
+    }
+
+    #[test]
+    fn beside_an_executing_batch_decodes_go_alone() {
+        let shape = |e: &Engine, b: BatchId| (e.batch(b).decodes.len(), e.batch(b).prefills.len());
+        for split in [true, false] {
+            let cfg = EngineConfig { max_batched_tokens: 300, split_micro_batches: split, ..Default::default() };
+            let mut e = Engine::new(cfg, 1000);
+            let mut ev = Vec::new();
+            e.add_request(100, 5);
+            let a = e.schedule().unwrap();
+            e.complete(a, &mut ev);
+            e.add_request(1000, 5);
+            // Nothing else executing: request 0's decode rides with request 1's chunk.
+            let mixed = e.schedule().unwrap();
+            assert_eq!(shape(&e, mixed), (1, 1));
+            e.add_request(50, 2);
+            let other = e.schedule().unwrap();
+            assert_eq!(shape(&e, other), (0, 1), "only request 2 is free");
+            e.complete(mixed, &mut ev);
+            // `other` executes: with the split, request 0's decode goes without request
+            // 1's next chunk, which gets a batch of its own.
+            let next = e.schedule().unwrap();
+            if split {
+                assert_eq!(shape(&e, next), (1, 0));
+                let chunk = e.schedule().unwrap();
+                assert_eq!(shape(&e, chunk), (0, 1));
+            } else {
+                assert_eq!(shape(&e, next), (1, 1));
+            }
+        }
     }
 
     #[test]
