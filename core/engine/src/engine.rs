@@ -20,7 +20,8 @@ pub struct EngineConfig {
     /// can grow without immediate preemption (vLLM's watermark).
     pub watermark: f64,
     /// While another batch executes, form decode-only or prefill-only batches rather
-    /// than mixed ones, so decode steps never wait behind a prefill chunk's pass.
+    /// than mixed ones, so decode steps never wait behind a prefill chunk's pass; one
+    /// batch of decodes at a time.
     pub split_micro_batches: bool,
 }
 
@@ -105,6 +106,8 @@ pub struct Engine {
     spare: Vec<Batch>,
     /// Running requests that are part of an executing batch.
     inflight_seqs: usize,
+    /// Executing batches that hold decodes.
+    decode_batches: usize,
     preemptions: u64,
 }
 
@@ -130,6 +133,7 @@ impl Engine {
             batches: Vec::new(),
             spare: Vec::new(),
             inflight_seqs: 0,
+            decode_batches: 0,
             preemptions: 0,
         }
     }
@@ -227,15 +231,19 @@ impl Engine {
         b.batch.decodes.clear();
         let mut budget = self.cfg.max_batched_tokens;
         let mut preempted = false;
+        // Split: one batch of decodes at a time (a decode step reads all the weights,
+        // however few requests it carries), and prefill chunks in the others.
         let split = self.cfg.split_micro_batches && self.inflight_seqs > 0;
         let decode_only = split
+            && self.decode_batches == 0
             && self.running.iter().any(|v| !self.seqs[v.0 as usize].inflight && !self.seqs[v.0 as usize].in_prefill());
+        let prefill_only = split && !decode_only;
 
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
             let s = &self.seqs[id.0 as usize];
-            if s.inflight || decode_only && s.in_prefill() {
+            if s.inflight || decode_only && s.in_prefill() || prefill_only && !s.in_prefill() {
                 i += 1;
                 continue;
             }
@@ -318,6 +326,7 @@ impl Engine {
             return None;
         }
         self.inflight_seqs += b.items.len();
+        self.decode_batches += !b.batch.decodes.is_empty() as usize;
         let slot = match self.batches.iter().position(|x| x.is_none()) {
             Some(p) => p,
             None => {
@@ -353,6 +362,7 @@ impl Engine {
     pub fn complete(&mut self, id: BatchId, events: &mut Vec<SeqEvent>) {
         let b = self.batches[id.0 as usize].take().expect("batch in flight");
         self.inflight_seqs -= b.items.len();
+        self.decode_batches -= !b.batch.decodes.is_empty() as usize;
         let mut any_finished = false;
         for &(sid, work) in &b.items {
             let s = &mut self.seqs[sid.0 as usize];
@@ -505,6 +515,13 @@ mod tests {
                 assert_eq!(shape(&e, next), (1, 0));
                 let chunk = e.schedule().unwrap();
                 assert_eq!(shape(&e, chunk), (0, 1));
+                // Request 2 now decodes too, but one batch of decodes executes already:
+                // it waits for the next one rather than read all the weights for itself.
+                e.complete(other, &mut ev);
+                assert!(e.schedule().is_none());
+                e.complete(next, &mut ev);
+                let both = e.schedule().unwrap();
+                assert_eq!(shape(&e, both), (2, 0));
             } else {
                 assert_eq!(shape(&e, next), (1, 1));
             }

@@ -102,6 +102,20 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         if !serving && mode == ReplicaMode::Both {
             budget.iter_mut().for_each(|b| *b = (*b as f64 * spec.weight_replica_fraction) as u64);
         }
+        // A lender's weight budget is split evenly among the tenants that may copy
+        // weights onto it, so that each one's bursts can borrow from every lender
+        // rather than a few lenders each: uncorrelated bursts rarely want the same
+        // lender at once (bursty-8t at rate scale 4: 4.57% violations against 8.94%
+        // with whole copies on three lenders per 24B tenant).
+        let share: Vec<u64> = if serving {
+            vec![u64::MAX; n]
+        } else {
+            let wanting = |g: usize| {
+                let on_g = |t: &crate::scenario::TenantSetup| t.gpus.iter().any(|x| x.0 as usize == g);
+                scn.tenants.iter().filter(|t| t.max_replicas > 0 && !on_g(t)).count().max(1) as u64
+            };
+            budget.iter().enumerate().map(|(g, &b)| b / wanting(g)).collect()
+        };
         // A weight-only copy is the only help a model too large to serve from another
         // GPU can get: tenants without a serving copy take all their rounds first.
         let passes: Vec<Vec<&TenantHome>> = if serving {
@@ -120,7 +134,9 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
                     if copies[h.tenant.index()] >= t.max_replicas {
                         continue;
                     }
-                    let Some(copy) = next_copy(scn, &out.deployment, &homes, &budget, h, serving) else { continue };
+                    let Some(copy) = next_copy(scn, &out.deployment, &homes, &budget, &share, h, serving) else {
+                        continue;
+                    };
                     for x in &out.deployment.group(copy.group).gpus {
                         budget[x.0 as usize] -= copy.weight_bytes_per_gpu.min(budget[x.0 as usize]);
                         guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
@@ -151,6 +167,7 @@ fn next_copy(
     dep: &Deployment,
     homes: &[TenantHome],
     budget: &[u64],
+    share: &[u64],
     h: &TenantHome,
     serving: bool,
 ) -> Option<TenantHome> {
@@ -171,7 +188,7 @@ fn next_copy(
     let target = targets
         .into_iter()
         .min_by_key(|&g| (scn.cluster.gpu(dep.group(g).gpus[0]).node != node, std::cmp::Reverse(left_on(g)), g))?;
-    let left = left_on(target);
+    let left = dep.group(target).gpus.iter().map(|x| budget[x.0 as usize].min(share[x.0 as usize])).min().unwrap_or(0);
     let whole = t.model.weight_bytes_per_gpu(tp as u32);
     let (range, bytes) = if serving {
         // A serving copy needs room for a useful KV cache too: a third of the budget

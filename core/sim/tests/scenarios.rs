@@ -163,6 +163,13 @@ fn bursty_8t_fits_weights_of_its_large_models_but_no_serving_copies() {
         }
         assert!(covered.iter().all(|&c| c), "{}: layers left uncovered", b.tenants[t.index()].name);
     }
+    // Each lender's budget is shared: every light GPU holds a range of both large models.
+    for (i, t) in b.tenants.iter().enumerate().filter(|(i, _)| !large.contains(&TenantId(*i as u32))) {
+        for &l in &large {
+            let on = both.deployment.replicas(l).filter(|h| both.deployment.group(h.group).gpus == t.gpus).count();
+            assert_eq!(on, 1, "{} on {}'s GPU (tenant {i})", b.tenants[l.index()].name, t.name);
+        }
+    }
     // The KV requests hold: no tenant's cache drops below what it asked for.
     for t in &both.tenants {
         assert!(t.kv_blocks as u64 * 16 >= t.keep_kv_tokens, "{}: {} blocks", t.name, t.kv_blocks);
