@@ -243,7 +243,7 @@ impl Engine {
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
             let s = &self.seqs[id.0 as usize];
-            if s.inflight || decode_only && s.in_prefill() || prefill_only && !s.in_prefill() {
+            if s.inflight || (decode_only && s.in_prefill()) || (prefill_only && !s.in_prefill()) {
                 i += 1;
                 continue;
             }
