@@ -158,8 +158,7 @@ fn wasm_linker() -> Option<PathBuf> {
     if lld.exists() {
         return Some(lld);
     }
-    let llvm = std::fs::read_dir("/usr/lib").ok()?.flatten().map(|e| e.path().join("bin/wasm-ld")).find(|p| p.exists());
-    llvm
+    std::fs::read_dir("/usr/lib").ok()?.flatten().map(|e| e.path().join("bin/wasm-ld")).find(|p| p.exists())
 }
 
 #[cfg(test)]
