@@ -175,7 +175,8 @@ fn next_copy(
     let tp = t.gpus.len();
     let layers = t.model.num_hidden_layers as u32;
     let node = scn.cluster.gpu(t.gpus[0]).node;
-    let left_on = |g: GroupId| dep.group(g).gpus.iter().map(|x| budget[x.0 as usize]).min().unwrap_or(0);
+    let min_on = |v: &[u64], g: GroupId| dep.group(g).gpus.iter().map(|x| v[x.0 as usize]).min().unwrap_or(0);
+    let left_on = |g: GroupId| min_on(budget, g);
     let mut targets: Vec<GroupId> = homes
         .iter()
         .filter(|o| o.tenant != h.tenant)
@@ -188,7 +189,7 @@ fn next_copy(
     let target = targets
         .into_iter()
         .min_by_key(|&g| (scn.cluster.gpu(dep.group(g).gpus[0]).node != node, std::cmp::Reverse(left_on(g)), g))?;
-    let left = dep.group(target).gpus.iter().map(|x| budget[x.0 as usize].min(share[x.0 as usize])).min().unwrap_or(0);
+    let left = left_on(target).min(min_on(share, target));
     let whole = t.model.weight_bytes_per_gpu(tp as u32);
     let (range, bytes) = if serving {
         // A serving copy needs room for a useful KV cache too: a third of the budget
