@@ -78,6 +78,10 @@ pub const PRESETS: &[Preset] = &[
     ("qwen2.5-14b", 5120, 40, 8, 128, 13824, 48, 152064),
     ("qwen2.5-32b", 5120, 40, 8, 128, 27648, 64, 152064),
     ("codellama-34b", 8192, 64, 8, 128, 22016, 48, 32000),
+    // Tiny Llama-shaped models the CPU executor runs in CI in seconds (GQA, real layouts).
+    ("tiny-2l", 256, 8, 2, 32, 768, 2, 512),
+    ("tiny-4l", 512, 8, 4, 64, 1536, 4, 2048),
+    ("tiny-3l-1k", 1024, 16, 4, 64, 2816, 3, 4096),
 ];
 
 /// Other spellings users and traces use for the presets.
@@ -305,6 +309,17 @@ mod tests {
         assert!((billions("mistral-small-24b") - 23.6).abs() < 0.1, "{}", billions("mistral-small-24b"));
         assert!((billions("qwen2.5-32b") - 32.8).abs() < 0.2, "{}", billions("qwen2.5-32b"));
         assert!((billions("codellama-34b") - 33.7).abs() < 0.2, "{}", billions("codellama-34b"));
+    }
+
+    #[test]
+    fn tiny_presets_are_small_gqa_models() {
+        for name in ["tiny-2l", "tiny-4l", "tiny-3l-1k"] {
+            let m = ModelConfig::preset(name).unwrap();
+            assert!((2..=4).contains(&m.num_hidden_layers) && (256..=1024).contains(&m.hidden_size), "{name}");
+            assert!(m.num_key_value_heads < m.num_attention_heads, "{name} is GQA");
+            assert_eq!(m.head_dim * m.num_attention_heads, m.hidden_size, "{name}");
+            assert!(m.parameters() < 60_000_000, "{name}: {}", m.parameters());
+        }
     }
 
     #[test]

@@ -1,0 +1,368 @@
+//! The CPU kernels: f32 math on bf16 storage, GEMMs through `matrixmultiply`.
+
+// Kernels index several tensors by the same token or row: plain index loops read best.
+#![allow(clippy::needless_range_loop)]
+
+use super::Data;
+use crate::backend::{BufId, View};
+use crate::kernels::{Heads, Kernel, BLOCK_TOKENS};
+use half::bf16;
+
+/// Rows of a weight matrix widened to f32 at a time: the f32 panel stays in cache and
+/// the bf16 weights are never stored widened.
+const PANEL_ROWS: usize = 128;
+
+/// The buffers a kernel reads, locked for the launch.
+pub(crate) struct Ins<'a> {
+    pub bufs: Vec<(BufId, &'a Data)>,
+}
+
+impl<'a> Ins<'a> {
+    fn get(&self, v: View) -> Result<&'a Data, String> {
+        self.bufs.iter().find(|b| b.0 == v.buf).map(|b| b.1).ok_or_else(|| format!("buffer {:?} not locked", v.buf))
+    }
+    fn bf16(&self, v: View) -> Result<&'a [bf16], String> {
+        match self.get(v)? {
+            Data::Bf16(d) => slice(d, v),
+            d => Err(format!("buffer {:?} holds {}, kernel wants bf16", v.buf, d.kind())),
+        }
+    }
+    fn f32(&self, v: View) -> Result<&'a [f32], String> {
+        match self.get(v)? {
+            Data::F32(d) => slice(d, v),
+            d => Err(format!("buffer {:?} holds {}, kernel wants f32", v.buf, d.kind())),
+        }
+    }
+    fn i32(&self, v: View) -> Result<&'a [i32], String> {
+        match self.get(v)? {
+            Data::I32(d) => slice(d, v),
+            d => Err(format!("buffer {:?} holds {}, kernel wants i32", v.buf, d.kind())),
+        }
+    }
+}
+
+fn slice<T>(d: &[T], v: View) -> Result<&[T], String> {
+    d.get(v.offset..v.offset + v.len).ok_or_else(|| format!("view {v:?} outside a buffer of {}", d.len()))
+}
+
+fn out_bf16(d: &mut Data, v: View) -> Result<&mut [bf16], String> {
+    match d {
+        Data::Bf16(d) => {
+            let n = d.len();
+            d.get_mut(v.offset..v.offset + v.len).ok_or_else(|| format!("view {v:?} outside a buffer of {n}"))
+        }
+        d => Err(format!("output buffer holds {}, kernel writes bf16", d.kind())),
+    }
+}
+
+fn need(what: &str, have: usize, want: usize) -> Result<(), String> {
+    if have < want {
+        return Err(format!("{what}: view of {have} elements, shape needs {want}"));
+    }
+    Ok(())
+}
+
+/// Per-thread f32 scratch for GEMMs and attention; its growth is charged to the ledger.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub x: Vec<f32>,
+    pub w: Vec<f32>,
+    pub y: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn bytes(&self) -> u64 {
+        4 * (self.x.capacity() + self.w.capacity() + self.y.capacity()) as u64
+    }
+}
+
+fn widen(src: &[bf16], dst: &mut Vec<f32>) {
+    dst.clear();
+    dst.extend(src.iter().map(|v| v.to_f32()));
+}
+
+pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Result<(), String> {
+    match k {
+        Kernel::Embedding { ids, table, out: o, hidden } => {
+            let (ids, table) = (ins.i32(*ids)?, ins.bf16(*table)?);
+            let dst = out_bf16(out, *o)?;
+            need("embedding out", dst.len(), ids.len() * hidden)?;
+            let vocab = table.len() / hidden;
+            for (t, &id) in ids.iter().enumerate() {
+                if id < 0 || id as usize >= vocab {
+                    return Err(format!("token id {id} outside the vocabulary of {vocab}"));
+                }
+                let r = id as usize * hidden;
+                dst[t * hidden..(t + 1) * hidden].copy_from_slice(&table[r..r + hidden]);
+            }
+        }
+        Kernel::RmsNorm { x, weight, out: o, rows, width, eps } => {
+            let (x, w) = (ins.bf16(*x)?, ins.bf16(*weight)?);
+            let dst = out_bf16(out, *o)?;
+            need("rmsnorm x", x.len(), rows * width)?;
+            need("rmsnorm out", dst.len(), rows * width)?;
+            for r in 0..*rows {
+                let row = &x[r * width..(r + 1) * width];
+                let ms = row.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>() / *width as f32;
+                let inv = 1.0 / (ms + eps).sqrt();
+                for i in 0..*width {
+                    dst[r * width + i] = bf16::from_f32(row[i].to_f32() * inv * w[i].to_f32());
+                }
+            }
+        }
+        Kernel::GatherRows { x, rows, out: o, width } => {
+            let (x, rows) = (ins.bf16(*x)?, ins.i32(*rows)?);
+            let dst = out_bf16(out, *o)?;
+            need("gather out", dst.len(), rows.len() * width)?;
+            for (i, &r) in rows.iter().enumerate() {
+                let r = r as usize;
+                need("gather x", x.len(), (r + 1) * width)?;
+                dst[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
+            }
+        }
+        Kernel::Gemm { x, w, y, m, n, k } => gemm(ins.bf16(*x)?, ins.bf16(*w)?, out, *y, (*m, *n, *k), s)?,
+        Kernel::Rope { positions, table, tokens, heads, max_pos, qkv } => {
+            let (pos, tab) = (ins.i32(*positions)?, ins.f32(*table)?);
+            let dst = out_bf16(out, *qkv)?;
+            rope(dst, pos, tab, *tokens, *heads, *max_pos)?;
+        }
+        Kernel::CacheWrite { qkv, slots, cache, tokens, heads } => {
+            let (src, slots) = (ins.bf16(*qkv)?, ins.i32(*slots)?);
+            let dst = out_bf16(out, *cache)?;
+            let (row, w) = (heads.row(), heads.kv * heads.dim);
+            let half = dst.len() / 2;
+            need("cache_write qkv", src.len(), tokens * row)?;
+            for t in 0..*tokens {
+                if slots[t] < 0 {
+                    continue;
+                }
+                let at = slots[t] as usize * w;
+                if at + w > half {
+                    return Err(format!("KV slot {} outside a cache of {} slots", slots[t], half / w));
+                }
+                let k0 = t * row + heads.q * heads.dim;
+                dst[at..at + w].copy_from_slice(&src[k0..k0 + w]);
+                dst[half + at..half + at + w].copy_from_slice(&src[k0 + w..k0 + 2 * w]);
+            }
+        }
+        Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, out: o, seqs, max_blocks, heads } => {
+            let a = AttnArgs {
+                qkv: ins.bf16(*qkv)?,
+                cache: ins.bf16(*cache)?,
+                tables: ins.i32(*block_tables)?,
+                q_start: ins.i32(*q_start)?,
+                ctx: ins.i32(*ctx_lens)?,
+                seqs: *seqs,
+                max_blocks: *max_blocks,
+                h: *heads,
+            };
+            attention(&a, out_bf16(out, *o)?, s)?;
+        }
+        Kernel::Add { a, b, out: o } => {
+            let (a, b) = (ins.bf16(*a)?, ins.bf16(*b)?);
+            let dst = out_bf16(out, *o)?;
+            need("add", a.len().min(b.len()), dst.len())?;
+            for i in 0..dst.len() {
+                dst[i] = bf16::from_f32(a[i].to_f32() + b[i].to_f32());
+            }
+        }
+        Kernel::SiluMul { x, out: o, rows, inter } => {
+            let x = ins.bf16(*x)?;
+            let dst = out_bf16(out, *o)?;
+            need("silu_mul x", x.len(), rows * 2 * inter)?;
+            need("silu_mul out", dst.len(), rows * inter)?;
+            for r in 0..*rows {
+                for i in 0..*inter {
+                    let g = x[r * 2 * inter + i].to_f32();
+                    let u = x[r * 2 * inter + inter + i].to_f32();
+                    dst[r * inter + i] = bf16::from_f32(g / (1.0 + (-g).exp()) * u);
+                }
+            }
+        }
+        Kernel::Sum { parts, out: o } => {
+            let parts = parts.iter().map(|p| ins.bf16(*p)).collect::<Result<Vec<_>, _>>()?;
+            let dst = out_bf16(out, *o)?;
+            for p in &parts {
+                need("sum part", p.len(), dst.len())?;
+            }
+            for i in 0..dst.len() {
+                dst[i] = bf16::from_f32(parts.iter().map(|p| p[i].to_f32()).sum());
+            }
+        }
+        Kernel::Argmax { logits, out: o, rows, shards, shard_n } => {
+            let l = ins.f32(*logits)?;
+            need("argmax logits", l.len(), rows * shards * shard_n)?;
+            let Data::I32(d) = out else { return Err("argmax writes i32".into()) };
+            let dst = d.get_mut(o.offset..o.offset + o.len).ok_or("argmax output outside its buffer")?;
+            need("argmax out", dst.len(), *rows)?;
+            for r in 0..*rows {
+                let mut best = (f32::NEG_INFINITY, -1i32);
+                for sh in 0..*shards {
+                    let row = &l[(sh * rows + r) * shard_n..(sh * rows + r + 1) * shard_n];
+                    for (i, &v) in row.iter().enumerate() {
+                        if v.is_nan() {
+                            return Err(format!("NaN logit in row {r}"));
+                        }
+                        if v > best.0 {
+                            best = (v, (sh * shard_n + i) as i32);
+                        }
+                    }
+                }
+                dst[r] = best.1;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gemm(
+    x: &[bf16],
+    w: &[bf16],
+    out: &mut Data,
+    y: View,
+    (m, n, k): (usize, usize, usize),
+    s: &mut Scratch,
+) -> Result<(), String> {
+    need("gemm x", x.len(), m * k)?;
+    need("gemm w", w.len(), n * k)?;
+    need("gemm y", y.len, m * n)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    widen(&x[..m * k], &mut s.x);
+    s.y.clear();
+    s.y.resize(m * n, 0.0);
+    for n0 in (0..n).step_by(PANEL_ROWS) {
+        let nb = PANEL_ROWS.min(n - n0);
+        widen(&w[n0 * k..(n0 + nb) * k], &mut s.w);
+        // SAFETY: x is m×k row-major, the panel is nb rows of k (read as a k×nb matrix
+        // with row stride 1 and column stride k), and y's columns n0..n0+nb of an m×n
+        // row-major matrix; all three are in bounds by the checks above.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                nb,
+                1.0,
+                s.x.as_ptr(),
+                k as isize,
+                1,
+                s.w.as_ptr(),
+                1,
+                k as isize,
+                0.0,
+                s.y.as_mut_ptr().add(n0),
+                n as isize,
+                1,
+            );
+        }
+    }
+    match out {
+        Data::Bf16(d) => {
+            let dst = d.get_mut(y.offset..y.offset + m * n).ok_or("gemm output outside its buffer")?;
+            for (o, v) in dst.iter_mut().zip(&s.y) {
+                *o = bf16::from_f32(*v);
+            }
+        }
+        Data::F32(d) => {
+            d.get_mut(y.offset..y.offset + m * n).ok_or("gemm output outside its buffer")?.copy_from_slice(&s.y);
+        }
+        Data::I32(_) => return Err("gemm cannot write i32".into()),
+    }
+    Ok(())
+}
+
+fn rope(qkv: &mut [bf16], pos: &[i32], tab: &[f32], tokens: usize, h: Heads, max_pos: usize) -> Result<(), String> {
+    let half = h.dim / 2;
+    need("rope qkv", qkv.len(), tokens * h.row())?;
+    need("rope table", tab.len(), 2 * max_pos * half)?;
+    for t in 0..tokens {
+        let p = pos[t];
+        if p < 0 || p as usize >= max_pos {
+            return Err(format!("position {p} outside the RoPE table of {max_pos}"));
+        }
+        let cos = &tab[p as usize * half..(p as usize + 1) * half];
+        let sin = &tab[(max_pos + p as usize) * half..(max_pos + p as usize + 1) * half];
+        for head in 0..h.q + h.kv {
+            let base = t * h.row() + head * h.dim;
+            for i in 0..half {
+                let (a, b) = (qkv[base + i].to_f32(), qkv[base + half + i].to_f32());
+                qkv[base + i] = bf16::from_f32(a * cos[i] - b * sin[i]);
+                qkv[base + half + i] = bf16::from_f32(b * cos[i] + a * sin[i]);
+            }
+        }
+    }
+    Ok(())
+}
+
+struct AttnArgs<'a> {
+    qkv: &'a [bf16],
+    cache: &'a [bf16],
+    tables: &'a [i32],
+    q_start: &'a [i32],
+    ctx: &'a [i32],
+    seqs: usize,
+    max_blocks: usize,
+    h: Heads,
+}
+
+fn attention(a: &AttnArgs, out: &mut [bf16], s: &mut Scratch) -> Result<(), String> {
+    let h = a.h;
+    let (d, kvw, group) = (h.dim, h.kv * h.dim, h.q / h.kv.max(1));
+    let half = a.cache.len() / 2;
+    let scale = 1.0 / (d as f32).sqrt();
+    need("attention q_start", a.q_start.len(), a.seqs + 1)?;
+    need("attention ctx_lens", a.ctx.len(), a.seqs)?;
+    need("attention block_tables", a.tables.len(), a.seqs * a.max_blocks)?;
+    for seq in 0..a.seqs {
+        let (q0, q1) = (a.q_start[seq] as usize, a.q_start[seq + 1] as usize);
+        let ctx = a.ctx[seq] as usize;
+        if q1 < q0 || q1 - q0 > ctx || ctx > a.max_blocks * BLOCK_TOKENS {
+            return Err(format!("sequence {seq}: {} queries over a context of {ctx}", q1.wrapping_sub(q0)));
+        }
+        need("attention out", out.len(), q1 * h.q * d)?;
+        // Slot of every key position, resolved once per sequence.
+        let mut slots = Vec::with_capacity(ctx);
+        for t in 0..ctx {
+            let b = a.tables[seq * a.max_blocks + t / BLOCK_TOKENS];
+            if b < 0 || (b as usize * BLOCK_TOKENS + BLOCK_TOKENS) * kvw > half {
+                return Err(format!("sequence {seq}: KV block {b} outside the cache"));
+            }
+            slots.push(b as usize * BLOCK_TOKENS + t % BLOCK_TOKENS);
+        }
+        for (j, row) in (q0..q1).enumerate() {
+            let visible = ctx - (q1 - q0) + j + 1;
+            for head in 0..h.q {
+                let kvh = head / group;
+                let q = &a.qkv[row * h.row() + head * d..row * h.row() + (head + 1) * d];
+                widen(q, &mut s.x);
+                s.y.clear();
+                let mut max = f32::NEG_INFINITY;
+                for &slot in &slots[..visible] {
+                    let k = &a.cache[slot * kvw + kvh * d..slot * kvw + (kvh + 1) * d];
+                    let dot: f32 = s.x.iter().zip(k).map(|(q, k)| q * k.to_f32()).sum::<f32>() * scale;
+                    max = max.max(dot);
+                    s.y.push(dot);
+                }
+                let mut sum = 0.0f32;
+                for v in s.y.iter_mut() {
+                    *v = (*v - max).exp();
+                    sum += *v;
+                }
+                s.w.clear();
+                s.w.resize(d, 0.0);
+                for (p, &slot) in s.y.iter().zip(&slots[..visible]) {
+                    let v = &a.cache[half + slot * kvw + kvh * d..half + slot * kvw + (kvh + 1) * d];
+                    for (acc, v) in s.w.iter_mut().zip(v) {
+                        *acc += p * v.to_f32();
+                    }
+                }
+                let o = &mut out[row * h.q * d + head * d..row * h.q * d + (head + 1) * d];
+                for (o, acc) in o.iter_mut().zip(&s.w) {
+                    *o = bf16::from_f32(acc / sum);
+                }
+            }
+        }
+    }
+    Ok(())
+}

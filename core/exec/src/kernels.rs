@@ -1,0 +1,130 @@
+//! The kernel set of one iteration, as launch descriptions a backend runs.
+//!
+//! Storage is bf16 (ids and positions i32, logits f32); every kernel computes in f32 and
+//! rounds its output to bf16 once, as the CUDA kernels of executor.md §7 do, so per-op
+//! comparisons between backends isolate kernel error. Layouts:
+//! - `qkv` rows are `[q (H·D) | k (KVH·D) | v (KVH·D)]`;
+//! - a KV cache of one layer is `[2][blocks·16][KVH·D]` (K half, then V half), 16-token
+//!   blocks as in the simulator; `block_tables` is `[seqs][max_blocks]`;
+//! - a GEMM is HF Linear: `y[m,n] = x[m,k] · w[n,k]ᵀ`.
+
+use crate::backend::View;
+
+/// Tokens per KV block (the simulator's block size).
+pub const BLOCK_TOKENS: usize = 16;
+
+/// One kernel launch: its arguments and shape. Exactly one output view; a kernel that
+/// works in place (RoPE) has its tensor as output and not among its inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kernel {
+    /// `out[t] = table[ids[t] - vocab_start]` (rows of `hidden`).
+    Embedding { ids: View, table: View, out: View, hidden: usize },
+    /// `out = x · rsqrt(mean(x²) + eps) · weight`, row by row.
+    RmsNorm { x: View, weight: View, out: View, rows: usize, width: usize, eps: f32 },
+    /// `out[i] = x[rows[i]]` (the last token of each sampled sequence).
+    GatherRows { x: View, rows: View, out: View, width: usize },
+    /// `y = x · wᵀ`, f32 accumulation; `y` is bf16 or f32.
+    Gemm { x: View, w: View, y: View, m: usize, n: usize, k: usize },
+    /// HF rotate-half RoPE in place on the q and k parts of `qkv`; `table` holds
+    /// `cos[max_pos][D/2]` then `sin[max_pos][D/2]` (built on the host, llama3 scaling there).
+    Rope { qkv: View, positions: View, table: View, tokens: usize, heads: Heads, max_pos: usize },
+    /// Writes each token's k and v into its slot of the layer's cache (slot < 0: skipped).
+    CacheWrite { qkv: View, slots: View, cache: View, tokens: usize, heads: Heads },
+    /// Paged causal attention for prefill chunks and decodes alike, with GQA: query row
+    /// `j` of sequence `s` sits at position `ctx_lens[s] − q_len + j` and sees keys up to it.
+    Attention {
+        qkv: View,
+        cache: View,
+        block_tables: View,
+        q_start: View,
+        ctx_lens: View,
+        out: View,
+        seqs: usize,
+        max_blocks: usize,
+        heads: Heads,
+    },
+    /// `out = a + b`.
+    Add { a: View, b: View, out: View },
+    /// `out[t,i] = silu(x[t,i]) · x[t,I+i]` for gate|up rows of width `2I`.
+    SiluMul { x: View, out: View, rows: usize, inter: usize },
+    /// `out = Σ parts` in the given order (the local step of an all-reduce; every rank
+    /// sums in rank order, so all ranks hold identical bits).
+    Sum { parts: Vec<View>, out: View },
+    /// Greedy sampling: `out[r] = argmax` over the row spread across `shards` blocks of
+    /// `[rows][shard_n]` f32 logits (an all-gathered vocab); ties take the lowest id.
+    Argmax { logits: View, out: View, rows: usize, shards: usize, shard_n: usize },
+}
+
+/// Head counts of one shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    pub q: usize,
+    pub kv: usize,
+    pub dim: usize,
+}
+
+impl Heads {
+    pub fn row(&self) -> usize {
+        (self.q + 2 * self.kv) * self.dim
+    }
+}
+
+impl Kernel {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kernel::Embedding { .. } => "embedding",
+            Kernel::RmsNorm { .. } => "rmsnorm",
+            Kernel::GatherRows { .. } => "gather_rows",
+            Kernel::Gemm { .. } => "gemm",
+            Kernel::Rope { .. } => "rope",
+            Kernel::CacheWrite { .. } => "cache_write",
+            Kernel::Attention { .. } => "paged_attention",
+            Kernel::Add { .. } => "residual_add",
+            Kernel::SiluMul { .. } => "silu_mul",
+            Kernel::Sum { .. } => "sum",
+            Kernel::Argmax { .. } => "argmax",
+        }
+    }
+
+    pub fn output(&self) -> View {
+        match self {
+            Kernel::Embedding { out, .. }
+            | Kernel::RmsNorm { out, .. }
+            | Kernel::GatherRows { out, .. }
+            | Kernel::Attention { out, .. }
+            | Kernel::Add { out, .. }
+            | Kernel::SiluMul { out, .. }
+            | Kernel::Sum { out, .. }
+            | Kernel::Argmax { out, .. } => *out,
+            Kernel::Gemm { y, .. } => *y,
+            Kernel::Rope { qkv, .. } => *qkv,
+            Kernel::CacheWrite { cache, .. } => *cache,
+        }
+    }
+
+    pub fn inputs(&self) -> Vec<View> {
+        match self {
+            Kernel::Embedding { ids, table, .. } => vec![*ids, *table],
+            Kernel::RmsNorm { x, weight, .. } => vec![*x, *weight],
+            Kernel::GatherRows { x, rows, .. } => vec![*x, *rows],
+            Kernel::Gemm { x, w, .. } => vec![*x, *w],
+            Kernel::Rope { positions, table, .. } => vec![*positions, *table],
+            Kernel::CacheWrite { qkv, slots, .. } => vec![*qkv, *slots],
+            Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, .. } => {
+                vec![*qkv, *cache, *block_tables, *q_start, *ctx_lens]
+            }
+            Kernel::Add { a, b, .. } => vec![*a, *b],
+            Kernel::SiluMul { x, .. } => vec![*x],
+            Kernel::Sum { parts, .. } => parts.clone(),
+            Kernel::Argmax { logits, .. } => vec![*logits],
+        }
+    }
+
+    /// Floating-point operations, for GFLOP/s figures.
+    pub fn flops(&self) -> u64 {
+        match self {
+            Kernel::Gemm { m, n, k, .. } => 2 * (*m * *n * *k) as u64,
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! What the executor needs of a model beyond the simulator's shapes: RoPE and norm
+//! numerics, host weights by Hugging Face name (seeded or from a checkpoint), and the
+//! byte-level tokenizer.
+
+use crate::ExecError;
+use half::bf16;
+use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use slicesched_model::ModelConfig;
+use std::collections::BTreeMap;
+
+/// Llama-3's RoPE frequency scaling (`rope_scaling.rope_type = "llama3"`).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Llama3Scaling {
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_position_embeddings: f64,
+}
+
+/// Numerics a forward pass needs that the simulator does not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Numerics {
+    pub rope_theta: f64,
+    pub rms_norm_eps: f64,
+    pub rope_scaling: Option<Llama3Scaling>,
+    /// Positions the RoPE table covers (prompt plus output must stay under it).
+    pub max_positions: usize,
+    pub tie_word_embeddings: bool,
+}
+
+#[derive(Deserialize)]
+struct HfNumerics {
+    rope_theta: Option<f64>,
+    rms_norm_eps: Option<f64>,
+    max_position_embeddings: Option<usize>,
+    tie_word_embeddings: Option<bool>,
+    rope_scaling: Option<serde_json::Value>,
+}
+
+impl Numerics {
+    /// Defaults by family: Llama-3 gets θ = 500000 and its scaling, others θ = 10000.
+    pub fn for_model(cfg: &ModelConfig) -> Self {
+        let llama3 = cfg.name.contains("llama-3");
+        Self {
+            rope_theta: if llama3 { 500_000.0 } else { 10_000.0 },
+            rms_norm_eps: 1e-5,
+            rope_scaling: llama3.then_some(Llama3Scaling {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 8192.0,
+            }),
+            max_positions: 8192,
+            tie_word_embeddings: false,
+        }
+    }
+
+    /// Reads them from a Hugging Face `config.json` (missing fields keep the defaults).
+    pub fn from_hf_json(cfg: &ModelConfig, text: &str) -> Result<Self, ExecError> {
+        let h: HfNumerics = serde_json::from_str(text).map_err(|e| ExecError::Model(format!("config.json: {e}")))?;
+        let mut n = Self::for_model(cfg);
+        n.rope_theta = h.rope_theta.unwrap_or(n.rope_theta);
+        n.rms_norm_eps = h.rms_norm_eps.unwrap_or(n.rms_norm_eps);
+        n.max_positions = h.max_position_embeddings.unwrap_or(n.max_positions).min(1 << 17);
+        n.tie_word_embeddings = h.tie_word_embeddings.unwrap_or(false);
+        n.rope_scaling = match h.rope_scaling {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => {
+                let kind = v.get("rope_type").or_else(|| v.get("type")).and_then(|t| t.as_str()).unwrap_or("");
+                if kind != "llama3" {
+                    return Err(ExecError::Model(format!("config.json: rope_scaling type `{kind}` is not supported")));
+                }
+                Some(
+                    serde_json::from_value(v)
+                        .map_err(|e| ExecError::Model(format!("config.json: rope_scaling: {e}")))?,
+                )
+            }
+        };
+        Ok(n)
+    }
+
+    /// Inverse frequencies of the `head_dim / 2` rotary pairs, scaled as Llama 3 does.
+    pub fn inv_freq(&self, head_dim: usize) -> Vec<f64> {
+        let half = head_dim / 2;
+        (0..half)
+            .map(|i| {
+                let f = 1.0 / self.rope_theta.powf(2.0 * i as f64 / head_dim as f64);
+                let Some(s) = self.rope_scaling else { return f };
+                let wavelen = 2.0 * std::f64::consts::PI / f;
+                let low = s.original_max_position_embeddings / s.low_freq_factor;
+                let high = s.original_max_position_embeddings / s.high_freq_factor;
+                if wavelen < high {
+                    f
+                } else if wavelen > low {
+                    f / s.factor
+                } else {
+                    let smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor)
+                        / (s.high_freq_factor - s.low_freq_factor);
+                    (1.0 - smooth) * f / s.factor + smooth * f
+                }
+            })
+            .collect()
+    }
+
+    /// `cos[pos][D/2]` then `sin[pos][D/2]` in f32, computed in f64 on the host so every
+    /// backend reads the same floats.
+    pub fn rope_table(&self, head_dim: usize, positions: usize) -> Vec<f32> {
+        let inv = self.inv_freq(head_dim);
+        let mut t = Vec::with_capacity(2 * positions * inv.len());
+        for f in [f64::cos, f64::sin] {
+            for p in 0..positions {
+                t.extend(inv.iter().map(|w| f(p as f64 * w) as f32));
+            }
+        }
+        t
+    }
+}
+
+/// A model the executor can run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecModel {
+    pub config: ModelConfig,
+    pub numerics: Numerics,
+}
+
+impl ExecModel {
+    pub fn new(config: ModelConfig) -> Self {
+        let numerics = Numerics::for_model(&config);
+        Self { config, numerics }
+    }
+    pub fn hidden(&self) -> usize {
+        self.config.hidden_size as usize
+    }
+    pub fn head_dim(&self) -> usize {
+        self.config.head_dim as usize
+    }
+    pub fn layers(&self) -> usize {
+        self.config.num_hidden_layers as usize
+    }
+    pub fn vocab(&self) -> usize {
+        self.config.vocab_size as usize
+    }
+
+    /// Every tensor of a checkpoint, by Hugging Face name, with its shape.
+    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let c = &self.config;
+        let (h, d, i) = (c.hidden_size as usize, c.head_dim as usize, c.intermediate_size as usize);
+        let (q, kv) = (c.num_attention_heads as usize * d, c.num_key_value_heads as usize * d);
+        let mut v = vec![("model.embed_tokens.weight".to_string(), vec![self.vocab(), h])];
+        for l in 0..self.layers() {
+            let p = format!("model.layers.{l}");
+            v.push((format!("{p}.input_layernorm.weight"), vec![h]));
+            v.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
+            v.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
+            v.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
+            v.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+            v.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
+            v.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h]));
+            v.push((format!("{p}.mlp.up_proj.weight"), vec![i, h]));
+            v.push((format!("{p}.mlp.down_proj.weight"), vec![h, i]));
+        }
+        v.push(("model.norm.weight".into(), vec![h]));
+        if !self.numerics.tie_word_embeddings {
+            v.push(("lm_head.weight".into(), vec![self.vocab(), h]));
+        }
+        v
+    }
+}
+
+/// A tensor on the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<bf16>,
+}
+
+/// A model's weights on the host, by Hugging Face name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostWeights {
+    pub tensors: BTreeMap<String, HostTensor>,
+}
+
+fn name_seed(seed: u64, name: &str) -> u64 {
+    // FNV-1a: each tensor's values depend on its name only, so a copy of a layer range
+    // gets the same weights whatever else was generated.
+    name.bytes().fold(0xcbf2_9ce4_8422_2325 ^ seed, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+impl HostWeights {
+    /// Deterministic random weights: linear layers uniform with variance 1/fan-in (so
+    /// activations keep their scale through the layers), norms near 1.
+    pub fn random(model: &ExecModel, seed: u64) -> Self {
+        let tensors = model
+            .tensor_shapes()
+            .into_iter()
+            .map(|(name, shape)| {
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(name_seed(seed, &name));
+                let n: usize = shape.iter().product();
+                let data = if shape.len() == 1 {
+                    (0..n).map(|_| bf16::from_f32(1.0 + rng.random_range(-0.1..0.1))).collect()
+                } else {
+                    let a = if name.contains("embed") { 1.0 } else { (3.0 / shape[1] as f32).sqrt() };
+                    (0..n).map(|_| bf16::from_f32(rng.random_range(-a..a))).collect()
+                };
+                (name, HostTensor { shape, data })
+            })
+            .collect();
+        Self { tensors }
+    }
+
+    pub fn get(&self, name: &str) -> Result<&HostTensor, ExecError> {
+        self.tensors.get(name).ok_or_else(|| ExecError::Model(format!("weights lack tensor `{name}`")))
+    }
+
+    /// The LM head (the embedding when they are tied).
+    pub fn lm_head(&self, model: &ExecModel) -> Result<&HostTensor, ExecError> {
+        self.get(if model.numerics.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" })
+    }
+}
+
+/// UTF-8 bytes as token ids (the fallback when no `tokenizer.json` is given).
+pub struct ByteTokenizer;
+
+impl ByteTokenizer {
+    pub fn encode(text: &str) -> Vec<i32> {
+        text.bytes().map(i32::from).collect()
+    }
+    /// Ids under 256 are bytes; larger ids (a random model's choice) show as `<id>`.
+    pub fn decode(ids: &[i32]) -> String {
+        let mut bytes = Vec::new();
+        for &i in ids {
+            match u8::try_from(i) {
+                Ok(b) => bytes.push(b),
+                Err(_) => bytes.extend(format!("<{i}>").bytes()),
+            }
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}

@@ -1,0 +1,618 @@
+//! Launching one iteration: op by op in the DAG's topological order, each on the group
+//! its placement names, after its inputs' events, with a copy for every input produced
+//! on another device.
+
+use super::{ExecBatch, Runner, Tenant};
+use crate::backend::{Arena, Backend, BufId, DeviceId, Dtype, Event, HostData, StreamId, View};
+use crate::kernels::{Heads, Kernel};
+use crate::ExecError;
+use serde::Serialize;
+use slicesched_model::{DecodeItem, IterationBatch, IterationDag, OpKind, PrefillItem, Segment};
+use std::collections::HashMap;
+
+/// Where one op runs: a group of the tenant (0 is home) and its stream priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpPlace {
+    pub group: usize,
+    pub priority: i32,
+}
+
+/// What one op did, in ns since the backend's epoch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpTiming {
+    pub index: u32,
+    pub kind: OpKind,
+    pub layer: Option<u32>,
+    pub group: usize,
+    /// When the host submitted its first launch.
+    pub submit_ns: u64,
+    /// Its first kernel's start and last kernel's end (input copies excluded).
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Kernel time summed over its launches and ranks.
+    pub kernel_ns: u64,
+    /// Input copies from other devices: bytes and their summed time.
+    pub copy_bytes: u64,
+    pub copy_ns: u64,
+    pub launches: u32,
+}
+
+struct OpRec {
+    index: u32,
+    kind: OpKind,
+    layer: Option<u32>,
+    group: usize,
+    kernels: Vec<Event>,
+    copies: Vec<(Event, u64)>,
+}
+
+/// An iteration submitted to the streams and not yet collected.
+pub struct Pending {
+    tenant: usize,
+    ops: Vec<OpRec>,
+    tokens: (View, Event),
+    /// The logits view with (shards, rows, shard width).
+    logits: (View, usize, usize, usize),
+    sampled: Vec<u64>,
+    bufs: Vec<BufId>,
+}
+
+/// What an iteration produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IterOutput {
+    /// The greedy token of every sampling sequence, in batch order.
+    pub tokens: Vec<(u64, i32)>,
+    /// Their f32 logits (when asked for).
+    pub logits: Option<Vec<Vec<f32>>>,
+    pub ops: Vec<OpTiming>,
+}
+
+/// One rank's copy of a tensor: where it is and the event that completes it.
+#[derive(Clone)]
+struct Loc {
+    view: View,
+    dtype: Dtype,
+    device: DeviceId,
+    ready: Event,
+}
+
+/// Offsets of the per-iteration i32 metadata, uploaded once to each device that reads it.
+struct Meta {
+    host: Vec<i32>,
+    parts: [(usize, usize); 7],
+    on: HashMap<DeviceId, View>,
+}
+
+#[derive(Clone, Copy)]
+enum Part {
+    Ids = 0,
+    Positions,
+    Slots,
+    Tables,
+    QStart,
+    Ctx,
+    Sampled,
+}
+
+struct Build<'a> {
+    b: &'a dyn Backend,
+    bufs: Vec<BufId>,
+    meta: Meta,
+}
+
+impl Build<'_> {
+    fn alloc(&mut self, dev: DeviceId, dtype: Dtype, len: usize) -> Result<View, ExecError> {
+        let id = self.b.alloc(dev, Arena::Workspace, dtype, len)?;
+        self.bufs.push(id);
+        Ok(View::whole(id, len))
+    }
+    fn meta(&mut self, dev: DeviceId, part: Part) -> Result<View, ExecError> {
+        let whole = match self.meta.on.get(&dev) {
+            Some(v) => *v,
+            None => {
+                let v = self.alloc(dev, Dtype::I32, self.meta.host.len().max(1))?;
+                let v = View { len: self.meta.host.len(), ..v };
+                self.b.upload(v, &HostData::I32(self.meta.host.clone()))?;
+                self.meta.on.insert(dev, v);
+                v
+            }
+        };
+        let (off, len) = self.meta.parts[part as usize];
+        Ok(whole.sub(off, len))
+    }
+    /// `loc` readable on `dev`: itself, or a copy queued on `stream`.
+    fn on(&mut self, loc: &Loc, dev: DeviceId, stream: StreamId, rec: &mut OpRec) -> Result<Loc, ExecError> {
+        if loc.device == dev {
+            return Ok(loc.clone());
+        }
+        let dst = self.alloc(dev, loc.dtype, loc.view.len)?;
+        let ev = self.b.copy(stream, loc.view, dst, std::slice::from_ref(&loc.ready))?;
+        rec.copies.push((ev.clone(), loc.view.len as u64 * loc.dtype.bytes()));
+        Ok(Loc { view: dst, dtype: loc.dtype, device: dev, ready: ev })
+    }
+}
+
+impl Runner<'_> {
+    /// Submits one iteration of `tenant`: `place(op index)` names each op's group and
+    /// priority. Refuses a placement that breaks locality (weights not on the group,
+    /// attention away from the KV cache) before launching anything.
+    pub fn submit(
+        &mut self,
+        tenant: usize,
+        batch: &ExecBatch,
+        place: &dyn Fn(u32, OpKind, Segment) -> OpPlace,
+    ) -> Result<Pending, ExecError> {
+        let b = self.backend;
+        let t = self.tenants.get_mut(tenant).ok_or_else(|| ExecError::Placement(format!("no tenant {tenant}")))?;
+        let (ib, meta) = prepare(t, batch)?;
+        let dag = t.model.config.iteration_dag(&ib, t.tp as u32);
+        let places: Vec<OpPlace> = dag.ops().map(|o| place(o.index, o.spec.kind, o.segment)).collect();
+        check_locality(t, &dag, &places)?;
+        let mut bld = Build { b, bufs: Vec::new(), meta };
+        match launch_all(t, &dag, &places, &mut bld, ib.tokens() as usize, ib.sampled() as usize) {
+            Ok((ops, tokens, logits)) => {
+                let sampled = batch.seqs.iter().filter(|s| s.samples || !s.prefill).map(|s| s.seq).collect();
+                Ok(Pending { tenant, ops, tokens, logits, sampled, bufs: bld.bufs })
+            }
+            Err(e) => {
+                // Frees are stream-ordered: work already queued keeps its buffers alive.
+                for id in bld.bufs {
+                    let _ = b.free(id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits for a submitted iteration and collects its tokens, logits and op times.
+    pub fn wait(&mut self, p: Pending, want_logits: bool) -> Result<IterOutput, ExecError> {
+        let b = self.backend;
+        let mut first_err = None;
+        let mut ops = Vec::with_capacity(p.ops.len());
+        for r in &p.ops {
+            let mut t = OpTiming {
+                index: r.index,
+                kind: r.kind,
+                layer: r.layer,
+                group: r.group,
+                submit_ns: u64::MAX,
+                start_ns: u64::MAX,
+                end_ns: 0,
+                kernel_ns: 0,
+                copy_bytes: 0,
+                copy_ns: 0,
+                launches: r.kernels.len() as u32,
+            };
+            for e in &r.kernels {
+                match e.wait() {
+                    Ok(k) => {
+                        t.submit_ns = t.submit_ns.min(k.submit_ns);
+                        t.start_ns = t.start_ns.min(k.start_ns);
+                        t.end_ns = t.end_ns.max(k.end_ns);
+                        t.kernel_ns += k.duration_ns();
+                    }
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            for (e, bytes) in &r.copies {
+                if let Ok(k) = e.wait() {
+                    t.copy_ns += k.duration_ns();
+                    t.copy_bytes += bytes;
+                }
+            }
+            ops.push(t);
+        }
+        let tok = p.tokens.1.wait();
+        let out = (|| {
+            if let Some(e) = first_err {
+                return Err(e);
+            }
+            tok?;
+            let HostData::I32(ids) = b.download(p.tokens.0)? else { unreachable!("tokens are i32") };
+            let logits = if want_logits {
+                let (v, shards, rows, n) = p.logits;
+                let HostData::F32(l) = b.download(v)? else { unreachable!("logits are f32") };
+                Some(
+                    (0..rows)
+                        .map(|r| {
+                            (0..shards).flat_map(|s| l[(s * rows + r) * n..(s * rows + r + 1) * n].to_vec()).collect()
+                        })
+                        .collect(),
+                )
+            } else {
+                None
+            };
+            Ok(IterOutput { tokens: p.sampled.iter().copied().zip(ids).collect(), logits, ops })
+        })();
+        for id in p.bufs {
+            let _ = b.free(id);
+        }
+        let _ = p.tenant;
+        out
+    }
+
+    /// Submits and waits.
+    pub fn run(
+        &mut self,
+        tenant: usize,
+        batch: &ExecBatch,
+        place: &dyn Fn(u32, OpKind, Segment) -> OpPlace,
+        want_logits: bool,
+    ) -> Result<IterOutput, ExecError> {
+        let p = self.submit(tenant, batch, place)?;
+        self.wait(p, want_logits)
+    }
+}
+
+/// The DAG's batch and the i32 metadata (ids, positions, KV slots, block tables).
+fn prepare(t: &mut Tenant, batch: &ExecBatch) -> Result<(IterationBatch, Meta), ExecError> {
+    let mut ib = IterationBatch::default();
+    let (mut ids, mut pos, mut slots, mut q_start, mut ctx, mut sampled) =
+        (Vec::new(), Vec::new(), Vec::new(), vec![0i32], Vec::new(), Vec::new());
+    let mut tables: Vec<Vec<i32>> = Vec::new();
+    let max_pos = t.model.numerics.max_positions;
+    for (i, s) in batch.seqs.iter().enumerate() {
+        if s.tokens.is_empty() || (!s.prefill && s.tokens.len() != 1) {
+            return Err(ExecError::Placement(format!(
+                "sequence {}: a decode computes one token, a chunk at least one",
+                s.seq
+            )));
+        }
+        if s.prefill && i > 0 && !batch.seqs[i - 1].prefill {
+            return Err(ExecError::Placement("prefill chunks must come before decodes in a batch".into()));
+        }
+        let end = s.start_pos + s.tokens.len();
+        if end > max_pos {
+            return Err(ExecError::Placement(format!(
+                "sequence {}: position {end} beyond the model's {max_pos}",
+                s.seq
+            )));
+        }
+        let blocks = t.blocks_for(s.seq, end)?.to_vec();
+        for (j, &tok) in s.tokens.iter().enumerate() {
+            let p = s.start_pos + j;
+            ids.push(tok);
+            pos.push(p as i32);
+            slots.push(blocks[p / 16] * 16 + (p % 16) as i32);
+        }
+        q_start.push(ids.len() as i32);
+        ctx.push(end as i32);
+        tables.push(blocks);
+        if s.prefill {
+            ib.prefills.push(PrefillItem {
+                chunk: s.tokens.len() as u32,
+                prior_kv: s.start_pos as u32,
+                samples: s.samples,
+            });
+            if s.samples {
+                sampled.push(ids.len() as i32 - 1);
+            }
+        } else {
+            ib.decodes.push(DecodeItem { kv_len: end as u32 });
+            sampled.push(ids.len() as i32 - 1);
+        }
+    }
+    if ib.is_empty() {
+        return Err(ExecError::Placement("an empty batch".into()));
+    }
+    let max_blocks = tables.iter().map(Vec::len).max().unwrap_or(0);
+    let flat: Vec<i32> =
+        tables.iter().flat_map(|b| b.iter().copied().chain(std::iter::repeat(-1)).take(max_blocks)).collect();
+    let mut host = Vec::new();
+    let mut parts = [(0, 0); 7];
+    for (i, p) in [ids, pos, slots, flat, q_start, ctx, sampled].into_iter().enumerate() {
+        parts[i] = (host.len(), p.len());
+        host.extend(p);
+    }
+    Ok((ib, Meta { host, parts, on: HashMap::new() }))
+}
+
+fn layer_of(seg: Segment) -> Option<usize> {
+    match seg {
+        Segment::Layer(l) => Some(l as usize),
+        _ => None,
+    }
+}
+
+fn check_locality(t: &Tenant, dag: &IterationDag, places: &[OpPlace]) -> Result<(), ExecError> {
+    for op in dag.ops() {
+        let p = places[op.index as usize];
+        let g = t
+            .groups
+            .get(p.group)
+            .ok_or_else(|| ExecError::Placement(format!("op {}: no group {}", op.index, p.group)))?;
+        let k = op.spec.kind;
+        let ok = match k {
+            OpKind::Embedding => g.range.head,
+            OpKind::FinalNorm | OpKind::LmHead => g.range.tail,
+            OpKind::Attention => p.group == 0,
+            OpKind::InputNorm
+            | OpKind::QkvProj
+            | OpKind::OProj
+            | OpKind::PostAttnNorm
+            | OpKind::GateUpProj
+            | OpKind::DownProj => layer_of(op.segment).is_some_and(|l| g.range.has_layer(l)),
+            _ => true,
+        };
+        if !ok {
+            let why = if k == OpKind::Attention {
+                "attention runs where its KV cache is (group 0)"
+            } else {
+                "its weights are not on that group"
+            };
+            return Err(ExecError::Placement(format!(
+                "op {} ({}, {:?}) on group {}: {why}",
+                op.index,
+                k.name(),
+                op.segment,
+                p.group
+            )));
+        }
+    }
+    Ok(())
+}
+
+type Launched = (Vec<OpRec>, (View, Event), (View, usize, usize, usize));
+
+#[allow(clippy::needless_range_loop)] // ranks index the group and every input alike
+fn launch_all(
+    t: &Tenant,
+    dag: &IterationDag,
+    places: &[OpPlace],
+    bld: &mut Build,
+    tokens: usize,
+    sampled: usize,
+) -> Result<Launched, ExecError> {
+    let b = bld.b;
+    let (h, tp) = (t.model.hidden(), t.tp);
+    let eps = t.model.numerics.rms_norm_eps as f32;
+    let mut acts: Vec<Vec<Loc>> = Vec::with_capacity(dag.len() as usize);
+    let mut recs = Vec::with_capacity(dag.len() as usize);
+    let mut result = None;
+    for op in dag.ops() {
+        let p = places[op.index as usize];
+        let g = &t.groups[p.group];
+        let layer = layer_of(op.segment);
+        let mut rec = OpRec {
+            index: op.index,
+            kind: op.spec.kind,
+            layer: layer.map(|l| l as u32),
+            group: p.group,
+            kernels: vec![],
+            copies: vec![],
+        };
+        let preds = dag.preds(op.index);
+        let mut outs = Vec::with_capacity(tp);
+        let kind = op.spec.kind;
+        if kind.is_collective() {
+            // Every rank gathers every rank's part (copies), then reduces or concatenates
+            // locally in rank order, so all ranks end with identical bits.
+            let src = &acts[preds[0] as usize];
+            let targets: Vec<usize> = if kind == OpKind::AllGather { vec![0] } else { (0..tp).collect() };
+            for r in targets {
+                let dev = g.ranks[r].device;
+                let s = b.stream(dev, p.priority)?;
+                let parts = (0..tp).map(|q| bld.on(&src[q], dev, s, &mut rec)).collect::<Result<Vec<_>, _>>()?;
+                let waits: Vec<Event> = parts.iter().map(|l| l.ready.clone()).collect();
+                if kind == OpKind::AllReduce {
+                    let out = bld.alloc(dev, Dtype::Bf16, src[0].view.len)?;
+                    let ev = b.launch(s, Kernel::Sum { parts: parts.iter().map(|l| l.view).collect(), out }, &waits)?;
+                    rec.kernels.push(ev.clone());
+                    outs.push(Loc { view: out, dtype: Dtype::Bf16, device: dev, ready: ev });
+                } else {
+                    let n = src[0].view.len;
+                    let out = bld.alloc(dev, Dtype::F32, n * tp)?;
+                    let mut evs = Vec::new();
+                    for (q, l) in parts.iter().enumerate() {
+                        let ev = b.copy(s, l.view, out.sub(q * n, n), &waits)?;
+                        rec.kernels.push(ev.clone());
+                        evs.push(ev);
+                    }
+                    let ids = bld.alloc(dev, Dtype::I32, sampled)?;
+                    let ev = b.launch(
+                        s,
+                        Kernel::Argmax {
+                            logits: out,
+                            out: ids,
+                            rows: sampled,
+                            shards: tp,
+                            shard_n: n / sampled.max(1),
+                        },
+                        &evs,
+                    )?;
+                    rec.kernels.push(ev.clone());
+                    result = Some(((ids, ev.clone()), (out, tp, sampled, n / sampled.max(1))));
+                    outs.push(Loc { view: out, dtype: Dtype::F32, device: dev, ready: ev });
+                }
+            }
+        } else {
+            for r in 0..tp {
+                let rank = &g.ranks[r];
+                let dev = rank.device;
+                let s = b.stream(dev, p.priority)?;
+                let heads = t.heads(r);
+                let mut ins = Vec::new();
+                let mut waits = Vec::new();
+                for &q in &preds {
+                    let src = &acts[q as usize][r];
+                    // Attention reads its q, k, v from the rotated copy; the raw qkv edge
+                    // is only an ordering.
+                    if kind == OpKind::Attention && dag.op(q).spec.kind == OpKind::QkvProj {
+                        waits.push(src.ready.clone());
+                        continue;
+                    }
+                    let l = bld.on(src, dev, s, &mut rec)?;
+                    waits.push(l.ready.clone());
+                    ins.push(l);
+                }
+                let (out, ev) = launch_op(
+                    t,
+                    r,
+                    rank,
+                    kind,
+                    layer,
+                    &ins,
+                    &waits,
+                    s,
+                    bld,
+                    &mut rec,
+                    (tokens, sampled, h, eps, heads),
+                )?;
+                if kind == OpKind::LmHead && tp == 1 {
+                    let ids = bld.alloc(dev, Dtype::I32, sampled)?;
+                    let n = rank.shard.vocab.len();
+                    let aev = b.launch(
+                        s,
+                        Kernel::Argmax { logits: out, out: ids, rows: sampled, shards: 1, shard_n: n },
+                        std::slice::from_ref(&ev),
+                    )?;
+                    rec.kernels.push(aev.clone());
+                    result = Some(((ids, aev), (out, 1, sampled, n)));
+                }
+                let dtype = if kind == OpKind::LmHead { Dtype::F32 } else { Dtype::Bf16 };
+                outs.push(Loc { view: out, dtype, device: dev, ready: ev });
+            }
+        }
+        acts.push(outs);
+        recs.push(rec);
+    }
+    let (tok, logits) = result.ok_or_else(|| ExecError::Launch("the DAG has no LM head".into()))?;
+    Ok((recs, tok, logits))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_op(
+    t: &Tenant,
+    r: usize,
+    rank: &super::RankWeights,
+    kind: OpKind,
+    layer: Option<usize>,
+    ins: &[Loc],
+    waits: &[Event],
+    s: StreamId,
+    bld: &mut Build,
+    rec: &mut OpRec,
+    (tokens, sampled, h, eps, heads): (usize, usize, usize, f32, Heads),
+) -> Result<(View, Event), ExecError> {
+    let b = bld.b;
+    let dev = rank.device;
+    let lw = || {
+        layer
+            .and_then(|l| rank.layers[l].as_ref())
+            .ok_or_else(|| ExecError::Placement(format!("{}: layer weights missing", kind.name())))
+    };
+    let inter = rank.shard.inter.len();
+    let launch = |rec: &mut OpRec, k: Kernel, w: &[Event]| -> Result<Event, ExecError> {
+        let ev = b.launch(s, k, w)?;
+        rec.kernels.push(ev.clone());
+        Ok(ev)
+    };
+    let gemm = |bld: &mut Build,
+                x: View,
+                w: View,
+                n: usize,
+                k: usize,
+                dtype: Dtype,
+                m: usize|
+     -> Result<(View, Kernel), ExecError> {
+        let y = bld.alloc(dev, dtype, m * n)?;
+        Ok((y, Kernel::Gemm { x, w, y, m, n, k }))
+    };
+    let out_ev = match kind {
+        OpKind::Embedding => {
+            let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
+            let ids = bld.meta(dev, Part::Ids)?;
+            let table = rank.embed.ok_or_else(|| ExecError::Placement("embedding not on this group".into()))?;
+            (out, launch(rec, Kernel::Embedding { ids, table, out, hidden: h }, waits)?)
+        }
+        OpKind::InputNorm | OpKind::PostAttnNorm => {
+            let l = lw()?;
+            let weight = if kind == OpKind::InputNorm { l.input_norm } else { l.post_norm };
+            let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
+            (out, launch(rec, Kernel::RmsNorm { x: ins[0].view, weight, out, rows: tokens, width: h, eps }, waits)?)
+        }
+        OpKind::QkvProj => {
+            let (y, k) = gemm(bld, ins[0].view, lw()?.qkv, heads.row(), h, Dtype::Bf16, tokens)?;
+            (y, launch(rec, k, waits)?)
+        }
+        OpKind::Rope => {
+            let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.row())?;
+            let c = b.copy(s, ins[0].view, out, waits)?;
+            rec.kernels.push(c.clone());
+            let positions = bld.meta(dev, Part::Positions)?;
+            let k = Kernel::Rope {
+                qkv: out,
+                positions,
+                table: rank.rope,
+                tokens,
+                heads,
+                max_pos: t.model.numerics.max_positions,
+            };
+            (out, launch(rec, k, &[c])?)
+        }
+        OpKind::Attention => {
+            let l = layer.expect("attention is in a layer");
+            if t.kv[r].device != dev {
+                return Err(ExecError::Placement("attention away from its KV cache".into()));
+            }
+            let cache = t.kv[r].caches[l];
+            let slots = bld.meta(dev, Part::Slots)?;
+            let qkv = ins[0].view;
+            let cw = launch(rec, Kernel::CacheWrite { qkv, slots, cache, tokens, heads }, waits)?;
+            let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.q * heads.dim)?;
+            let seqs = bld.meta.parts[Part::Ctx as usize].1;
+            let max_blocks = bld.meta.parts[Part::Tables as usize].1 / seqs.max(1);
+            let k = Kernel::Attention {
+                qkv,
+                cache,
+                block_tables: bld.meta(dev, Part::Tables)?,
+                q_start: bld.meta(dev, Part::QStart)?,
+                ctx_lens: bld.meta(dev, Part::Ctx)?,
+                out,
+                seqs,
+                max_blocks,
+                heads,
+            };
+            (out, launch(rec, k, &[cw])?)
+        }
+        OpKind::OProj => {
+            let (y, k) = gemm(bld, ins[0].view, lw()?.o, h, heads.q * heads.dim, Dtype::Bf16, tokens)?;
+            (y, launch(rec, k, waits)?)
+        }
+        OpKind::ResidualAdd => {
+            let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
+            (out, launch(rec, Kernel::Add { a: ins[0].view, b: ins[1].view, out }, waits)?)
+        }
+        OpKind::GateUpProj => {
+            let (y, k) = gemm(bld, ins[0].view, lw()?.gate_up, 2 * inter, h, Dtype::Bf16, tokens)?;
+            (y, launch(rec, k, waits)?)
+        }
+        OpKind::Activation => {
+            let out = bld.alloc(dev, Dtype::Bf16, tokens * inter)?;
+            (out, launch(rec, Kernel::SiluMul { x: ins[0].view, out, rows: tokens, inter }, waits)?)
+        }
+        OpKind::DownProj => {
+            let (y, k) = gemm(bld, ins[0].view, lw()?.down, h, inter, Dtype::Bf16, tokens)?;
+            (y, launch(rec, k, waits)?)
+        }
+        OpKind::FinalNorm => {
+            let rows = bld.meta(dev, Part::Sampled)?;
+            let g = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
+            let ge = launch(rec, Kernel::GatherRows { x: ins[0].view, rows, out: g, width: h }, waits)?;
+            let out = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
+            let weight = rank.final_norm.ok_or_else(|| ExecError::Placement("final norm not on this group".into()))?;
+            (out, launch(rec, Kernel::RmsNorm { x: g, weight, out, rows: sampled, width: h, eps }, &[ge])?)
+        }
+        OpKind::LmHead => {
+            let w = rank.lm_head.ok_or_else(|| ExecError::Placement("LM head not on this group".into()))?;
+            let (y, k) = gemm(bld, ins[0].view, w, rank.shard.vocab.len(), h, Dtype::F32, sampled)?;
+            (y, launch(rec, k, waits)?)
+        }
+        OpKind::AllReduce | OpKind::AllGather | OpKind::Transfer => {
+            return Err(ExecError::Launch(format!("{} is not a per-rank op", kind.name())))
+        }
+    };
+    Ok(out_ev)
+}

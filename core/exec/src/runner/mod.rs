@@ -1,0 +1,239 @@
+//! The iteration runner: a tenant's weight copies and KV cache on devices, and the
+//! launch of one iteration's operator DAG (the simulator's, op for op) under a placement.
+
+mod iter;
+mod load;
+
+pub use iter::{IterOutput, OpPlace, OpTiming, Pending};
+pub use load::{shard, LayerRange, Shard};
+
+use crate::backend::{Arena, Backend, BufId, DeviceId, Dtype, View};
+use crate::kernels::{Heads, BLOCK_TOKENS};
+use crate::model::{ExecModel, HostWeights};
+use crate::ExecError;
+use load::{load_rank, RankWeights};
+use std::collections::HashMap;
+
+/// A tensor-parallel set of devices holding one copy of (part of) a tenant's weights.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub range: LayerRange,
+    pub(crate) ranks: Vec<RankWeights>,
+}
+
+impl Group {
+    pub fn devices(&self) -> Vec<DeviceId> {
+        self.ranks.iter().map(|r| r.device).collect()
+    }
+}
+
+/// One sequence's work in an iteration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqWork {
+    /// The caller's id of the sequence (its KV blocks are kept under it).
+    pub seq: u64,
+    /// Token ids this iteration computes: a prompt chunk, or the last sampled token.
+    pub tokens: Vec<i32>,
+    /// Tokens of the sequence already in the KV cache.
+    pub start_pos: usize,
+    /// A prefill chunk (else a decode step of one token).
+    pub prefill: bool,
+    /// Whether a token is sampled from its last position (decodes always sample).
+    pub samples: bool,
+}
+
+/// One iteration's batch: prefill chunks first, then decodes (the DAG's token order).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ExecBatch {
+    pub seqs: Vec<SeqWork>,
+}
+
+pub(crate) struct KvRank {
+    pub device: DeviceId,
+    /// One cache per layer, `[2][blocks·16][KVH·D]`.
+    pub caches: Vec<View>,
+}
+
+/// A tenant loaded on the executor.
+pub struct Tenant {
+    pub model: ExecModel,
+    pub tp: usize,
+    /// Group 0 is the home (every layer, the KV cache); the others are copies.
+    pub groups: Vec<Group>,
+    pub(crate) kv: Vec<KvRank>,
+    pub kv_blocks: usize,
+    free_blocks: Vec<i32>,
+    seq_blocks: HashMap<u64, Vec<i32>>,
+}
+
+impl Tenant {
+    pub(crate) fn heads(&self, rank: usize) -> Heads {
+        let s = &self.groups[0].ranks[rank].shard;
+        Heads { q: s.q_heads.len(), kv: s.kv_heads.len(), dim: self.model.head_dim() }
+    }
+    pub fn free_kv_blocks(&self) -> usize {
+        self.free_blocks.len()
+    }
+}
+
+/// The executor's state over a backend: tenants, their copies and KV caches.
+pub struct Runner<'b> {
+    pub backend: &'b dyn Backend,
+    pub tenants: Vec<Tenant>,
+}
+
+impl<'b> Runner<'b> {
+    pub fn new(backend: &'b dyn Backend) -> Self {
+        Self { backend, tenants: Vec::new() }
+    }
+
+    /// Loads a tenant at home on `devices` (its tensor-parallel group) with a KV cache of
+    /// `kv_blocks` 16-token blocks per layer. Returns the tenant's index.
+    pub fn load_tenant(
+        &mut self,
+        model: ExecModel,
+        weights: &HostWeights,
+        devices: &[DeviceId],
+        kv_blocks: usize,
+    ) -> Result<usize, ExecError> {
+        let tp = devices.len();
+        if tp == 0 {
+            return Err(ExecError::Placement("a tenant needs at least one device".into()));
+        }
+        let home = self.load_group(&model, weights, devices, LayerRange::all(model.layers()))?;
+        let mut kv = Vec::new();
+        for (r, rank) in home.ranks.iter().enumerate() {
+            let kvw = load::shard(&model, tp, r)?.kv_heads.len() * model.head_dim();
+            let len = 2 * kv_blocks * BLOCK_TOKENS * kvw;
+            let mut caches = Vec::new();
+            for _ in 0..model.layers() {
+                match self.backend.alloc(rank.device, Arena::KvBlocks, Dtype::Bf16, len) {
+                    Ok(id) => caches.push(View::whole(id, len)),
+                    Err(e) => {
+                        self.free_group(&home);
+                        for c in kv.iter().flat_map(|k: &KvRank| &k.caches).chain(&caches) {
+                            let _ = self.backend.free(c.buf);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            kv.push(KvRank { device: rank.device, caches });
+        }
+        self.tenants.push(Tenant {
+            model,
+            tp,
+            groups: vec![home],
+            kv,
+            kv_blocks,
+            free_blocks: (0..kv_blocks as i32).rev().collect(),
+            seq_blocks: HashMap::new(),
+        });
+        Ok(self.tenants.len() - 1)
+    }
+
+    /// Adds a copy of `range` of the tenant's weights on `devices`; returns its group.
+    pub fn add_copy(
+        &mut self,
+        tenant: usize,
+        weights: &HostWeights,
+        devices: &[DeviceId],
+        range: LayerRange,
+    ) -> Result<usize, ExecError> {
+        let t = self.tenants.get(tenant).ok_or_else(|| ExecError::Placement(format!("no tenant {tenant}")))?;
+        if devices.len() != t.tp {
+            return Err(ExecError::Placement(format!(
+                "a copy needs {} devices (the tenant's tensor-parallel degree), got {}",
+                t.tp,
+                devices.len()
+            )));
+        }
+        if range.end > t.model.layers() || range.start > range.end {
+            return Err(ExecError::Placement(format!("layers {}..{} outside the model", range.start, range.end)));
+        }
+        let model = t.model.clone();
+        let g = self.load_group(&model, weights, devices, range)?;
+        let t = &mut self.tenants[tenant];
+        t.groups.push(g);
+        Ok(t.groups.len() - 1)
+    }
+
+    fn load_group(
+        &self,
+        model: &ExecModel,
+        w: &HostWeights,
+        devices: &[DeviceId],
+        range: LayerRange,
+    ) -> Result<Group, ExecError> {
+        let mut ranks = Vec::new();
+        for (r, &d) in devices.iter().enumerate() {
+            match load_rank(self.backend, model, w, devices.len(), r, d, range) {
+                Ok(rw) => ranks.push(rw),
+                Err(e) => {
+                    self.free_group(&Group { range, ranks });
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Group { range, ranks })
+    }
+
+    fn free_group(&self, g: &Group) {
+        for id in g.ranks.iter().flat_map(|r| &r.bufs) {
+            let _ = self.backend.free(*id);
+        }
+    }
+
+    /// Returns a finished sequence's KV blocks.
+    pub fn release(&mut self, tenant: usize, seq: u64) {
+        if let Some(t) = self.tenants.get_mut(tenant) {
+            if let Some(b) = t.seq_blocks.remove(&seq) {
+                t.free_blocks.extend(b.into_iter().rev());
+            }
+        }
+    }
+
+    /// Unloads every tenant, freeing their memory.
+    pub fn clear(&mut self) {
+        for t in std::mem::take(&mut self.tenants) {
+            for g in &t.groups {
+                self.free_group(g);
+            }
+            for c in t.kv.iter().flat_map(|k| &k.caches) {
+                let _ = self.backend.free(c.buf);
+            }
+        }
+    }
+
+    /// Buffers a tenant holds (for tests of the ledger).
+    pub fn tenant_buffers(&self, tenant: usize) -> Vec<BufId> {
+        let t = &self.tenants[tenant];
+        t.groups.iter().flat_map(|g| g.ranks.iter().flat_map(|r| r.bufs.iter().copied())).collect()
+    }
+}
+
+impl Drop for Runner<'_> {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+impl Tenant {
+    /// Makes sure `seq` has blocks for `ctx` tokens; returns its block list.
+    pub(crate) fn blocks_for(&mut self, seq: u64, ctx: usize) -> Result<&[i32], ExecError> {
+        let need = ctx.div_ceil(BLOCK_TOKENS);
+        let have = self.seq_blocks.get(&seq).map_or(0, |b| b.len());
+        if need > have && need - have > self.free_blocks.len() {
+            return Err(ExecError::Placement(format!(
+                "sequence {seq} needs {} more KV blocks, {} free",
+                need - have,
+                self.free_blocks.len()
+            )));
+        }
+        let blocks = self.seq_blocks.entry(seq).or_default();
+        while blocks.len() < need {
+            blocks.push(self.free_blocks.pop().expect("checked"));
+        }
+        Ok(blocks)
+    }
+}

@@ -1,0 +1,88 @@
+#![allow(dead_code)]
+
+use half::bf16;
+use rand::{Rng, SeedableRng};
+use slicesched_exec::model::{ExecModel, HostWeights};
+use slicesched_exec::runner::{ExecBatch, OpPlace, Runner, SeqWork};
+use slicesched_exec::{CpuBackend, CpuDeviceSpec, DeviceId};
+use slicesched_model::{ModelConfig, OpKind, Segment};
+
+pub const GIB: u64 = 1 << 30;
+
+pub fn backend(n: usize) -> CpuBackend {
+    CpuBackend::new(&vec![CpuDeviceSpec { memory_bytes: GIB, cores: 1 }; n])
+}
+
+pub fn tiny() -> ExecModel {
+    ExecModel::new(ModelConfig::preset("tiny-2l").unwrap())
+}
+
+/// A smaller model still: fast enough for the f64 reference in every test.
+pub fn micro() -> ExecModel {
+    let mut c = ModelConfig::preset("tiny-2l").unwrap();
+    c.name = "micro".into();
+    c.hidden_size = 64;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.intermediate_size = 128;
+    c.vocab_size = 96;
+    let mut m = ExecModel::new(c);
+    m.numerics.max_positions = 256;
+    m
+}
+
+pub fn random_bf16(n: usize, seed: u64, scale: f32) -> Vec<bf16> {
+    let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| bf16::from_f32(r.random_range(-scale..scale))).collect()
+}
+
+pub fn weights(m: &ExecModel) -> HostWeights {
+    HostWeights::random(m, 7)
+}
+
+pub fn prompt(len: usize, vocab: usize, seed: u64) -> Vec<i32> {
+    let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..len).map(|_| r.random_range(0..vocab as i32)).collect()
+}
+
+pub fn home(_: u32, _: OpKind, _: Segment) -> OpPlace {
+    OpPlace { group: 0, priority: 0 }
+}
+
+/// Generates `steps` tokens greedily: the whole prompt as one chunk, then decodes.
+pub fn generate(
+    r: &mut Runner,
+    tenant: usize,
+    seq: u64,
+    prompt: &[i32],
+    steps: usize,
+    place: &dyn Fn(u32, OpKind, Segment) -> OpPlace,
+) -> (Vec<i32>, Vec<Vec<f32>>) {
+    let mut toks = Vec::new();
+    let mut logits = Vec::new();
+    let mut batch =
+        ExecBatch { seqs: vec![SeqWork { seq, tokens: prompt.to_vec(), start_pos: 0, prefill: true, samples: true }] };
+    let mut pos = prompt.len();
+    for _ in 0..steps {
+        let out = r.run(tenant, &batch, place, true).unwrap();
+        let t = out.tokens[0].1;
+        toks.push(t);
+        logits.push(out.logits.unwrap().remove(0));
+        batch =
+            ExecBatch { seqs: vec![SeqWork { seq, tokens: vec![t], start_pos: pos, prefill: false, samples: true }] };
+        pos += 1;
+    }
+    r.release(tenant, seq);
+    (toks, logits)
+}
+
+pub fn rel_err(a: &[f32], r: &[f64]) -> f64 {
+    let num: f64 = a.iter().zip(r).map(|(a, r)| (*a as f64 - r).powi(2)).sum();
+    let den: f64 = r.iter().map(|r| r * r).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+pub fn devices(ids: &[u32]) -> Vec<DeviceId> {
+    ids.iter().map(|&i| DeviceId(i)).collect()
+}

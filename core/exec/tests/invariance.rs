@@ -1,0 +1,161 @@
+//! Numerical invariance (design invariant): a tenant's greedy tokens are identical and
+//! its logits agree within bf16 tolerance whatever devices its ops ran on (home,
+//! borrowed, split across layer-range copies), at whatever priority, and whatever
+//! another tenant ran beside it on the same devices.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use slicesched_exec::runner::{ExecBatch, LayerRange, OpPlace, Runner, SeqWork};
+use slicesched_model::{OpKind, Segment};
+
+/// The groups each op of the tenant may run on, given its copies' ranges.
+fn allowed(ranges: &[LayerRange], kind: OpKind, seg: Segment) -> Vec<usize> {
+    (0..ranges.len())
+        .filter(|&g| {
+            let r = ranges[g];
+            match (kind, seg) {
+                (OpKind::Attention, _) => g == 0,
+                (OpKind::Embedding, _) => r.head,
+                (OpKind::FinalNorm | OpKind::LmHead, _) => r.tail,
+                (
+                    OpKind::InputNorm
+                    | OpKind::QkvProj
+                    | OpKind::OProj
+                    | OpKind::PostAttnNorm
+                    | OpKind::GateUpProj
+                    | OpKind::DownProj,
+                    Segment::Layer(l),
+                ) => r.has_layer(l as usize),
+                _ => true,
+            }
+        })
+        .collect()
+}
+
+fn mix(seed: u64, i: u64) -> u64 {
+    let mut z = seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z ^ (z >> 27)
+}
+
+struct World<'b> {
+    r: Runner<'b>,
+    a: usize,
+    b: usize,
+    ranges: Vec<LayerRange>,
+}
+
+fn world(backend: &slicesched_exec::CpuBackend, tp: usize) -> World<'_> {
+    let m = micro();
+    let w = weights(&m);
+    let mut r = Runner::new(backend);
+    let dev = |base: u32| devices(&(0..tp as u32).map(|i| base + i).collect::<Vec<_>>());
+    let a = r.load_tenant(m.clone(), &w, &dev(0), 16).unwrap();
+    let mut ranges = vec![LayerRange::all(2)];
+    for (devs, range) in [
+        (dev(tp as u32), LayerRange::all(2)),
+        (dev(0), LayerRange::layers(0, 1)),
+        (dev(tp as u32), LayerRange::layers(1, 2)),
+    ] {
+        r.add_copy(a, &w, &devs, range).unwrap();
+        ranges.push(range);
+    }
+    // Another tenant (other weights) at home on the devices A borrows.
+    let mut mb = micro();
+    mb.config.name = "other".into();
+    let wb = slicesched_exec::model::HostWeights::random(&mb, 99);
+    let b = r.load_tenant(mb, &wb, &dev(tp as u32), 16).unwrap();
+    World { r, a, b, ranges }
+}
+
+/// A's greedy generation under `place`, with B's work (`b_len` prompt tokens, then
+/// decodes) submitted beside each of A's iterations.
+fn generate_beside(
+    w: &mut World,
+    prompt: &[i32],
+    steps: usize,
+    place: &dyn Fn(u32, OpKind, Segment) -> OpPlace,
+    b_len: usize,
+) -> (Vec<i32>, Vec<Vec<f32>>) {
+    let (mut toks, mut logits) = (Vec::new(), Vec::new());
+    let mut batch = ExecBatch {
+        seqs: vec![SeqWork { seq: 1, tokens: prompt.to_vec(), start_pos: 0, prefill: true, samples: true }],
+    };
+    let mut b_batch = ExecBatch {
+        seqs: vec![SeqWork {
+            seq: 9,
+            tokens: common::prompt(b_len, 96, 5),
+            start_pos: 0,
+            prefill: true,
+            samples: true,
+        }],
+    };
+    let mut b_pos = b_len;
+    let mut pos = prompt.len();
+    for _ in 0..steps {
+        let pa = w.r.submit(w.a, &batch, place).unwrap();
+        let pb = (b_len > 0).then(|| w.r.submit(w.b, &b_batch, &|_, _, _| OpPlace { group: 0, priority: 1 }).unwrap());
+        let out = w.r.wait(pa, true).unwrap();
+        if let Some(pb) = pb {
+            let ob = w.r.wait(pb, false).unwrap();
+            b_batch = ExecBatch {
+                seqs: vec![SeqWork {
+                    seq: 9,
+                    tokens: vec![ob.tokens[0].1],
+                    start_pos: b_pos,
+                    prefill: false,
+                    samples: true,
+                }],
+            };
+            b_pos += 1;
+        }
+        let t = out.tokens[0].1;
+        toks.push(t);
+        logits.push(out.logits.unwrap().remove(0));
+        batch = ExecBatch {
+            seqs: vec![SeqWork { seq: 1, tokens: vec![t], start_pos: pos, prefill: false, samples: true }],
+        };
+        pos += 1;
+    }
+    w.r.release(w.a, 1);
+    w.r.release(w.b, 9);
+    (toks, logits)
+}
+
+fn check(tp: usize, cases: u32) {
+    let backend = backend(2 * tp);
+    let mut w = world(&backend, tp);
+    let p = prompt(11, 96, 3);
+    let (want_toks, want_logits) = generate_beside(&mut w, &p, 4, &home, 0);
+    let ranges = w.ranges.clone();
+    let w = std::cell::RefCell::new(w);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases, ..ProptestConfig::default() });
+    runner
+        .run(&(any::<u64>(), 0usize..24), |(seed, b_len)| {
+            let place = |i: u32, k: OpKind, s: Segment| {
+                let ok = allowed(&ranges, k, s);
+                let h = mix(seed, i as u64);
+                OpPlace { group: ok[(h % ok.len() as u64) as usize], priority: ((h >> 32) % 3) as i32 - 1 }
+            };
+            let (toks, logits) = generate_beside(&mut w.borrow_mut(), &p, 4, &place, b_len);
+            prop_assert_eq!(&toks, &want_toks);
+            for (l, r) in logits.iter().zip(&want_logits) {
+                let e = rel_err(l, &r.iter().map(|v| *v as f64).collect::<Vec<_>>());
+                prop_assert!(e <= 8e-3, "logits differ by {}", e);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn greedy_tokens_do_not_depend_on_placement_or_neighbours() {
+    check(1, 24);
+}
+
+#[test]
+fn tensor_parallel_tenants_are_invariant_too() {
+    check(2, 8);
+}
