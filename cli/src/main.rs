@@ -6,6 +6,7 @@ mod cost;
 mod plugin;
 mod plugin_bench;
 mod policies;
+mod profile;
 mod replay;
 mod serve;
 mod sweep;
@@ -37,6 +38,8 @@ enum Command {
     Sweep(sweep::Args),
     /// Serve the control plane: REST API, web UI and background runs over Postgres.
     Serve(serve::Args),
+    /// Measure every op of a model on this machine (CPU backend) in Vidur's layout.
+    Profile(profile::Args),
     /// Policy plugins: build, validate, measure.
     Plugin {
         #[command(subcommand)]
@@ -54,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         Command::Compare(a) => compare::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Plugin { command } => plugin::run(command),
+        Command::Profile(a) => profile::run(a),
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {

@@ -25,7 +25,7 @@ pub mod reference;
 pub mod runner;
 
 pub use backend::{Arena, Backend, BufId, DeviceId, DeviceInfo, Dtype, Event, HostData, StreamId, Timing, View};
-pub use cpu::{CpuBackend, CpuDeviceSpec};
+pub use cpu::{parse_device, CpuBackend, CpuDeviceSpec};
 
 /// Everything the executor can refuse or fail at.
 #[derive(Debug, Clone, thiserror::Error)]

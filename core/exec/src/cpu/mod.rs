@@ -427,3 +427,18 @@ impl Backend for CpuBackend {
         Ok(self.buf(buf)?.device)
     }
 }
+
+/// Parses `cpu` or `cpu:N` (the device ordinal). Anything else is an unknown device; a
+/// `cuda:N` says the CUDA backend is not in this build.
+pub fn parse_device(s: &str) -> Result<u32, ExecError> {
+    match s.split_once(':') {
+        None if s == "cpu" => Ok(0),
+        Some(("cpu", n)) => {
+            n.parse().map_err(|_| ExecError::UnknownDevice(format!("{s} (the ordinal must be a number)")))
+        }
+        Some(("cuda", _)) => {
+            Err(ExecError::UnknownDevice(format!("{s}: the CUDA backend is not part of this build; use cpu or cpu:N")))
+        }
+        _ => Err(ExecError::UnknownDevice(format!("{s} (known: cpu, cpu:N)"))),
+    }
+}

@@ -1,0 +1,55 @@
+//! `slicesched profile` (and later `run`) end to end on the CPU backend.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_slicesched"));
+    c.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("slicesched-exec-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn profile_writes_vidur_layout_that_cost_validate_fits() {
+    let out = tmp("profile");
+    let o = bin()
+        .args(["profile", "--device", "cpu:0", "--model", "tiny-2l", "--quick", "--reps", "2", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in ["tiny-2l/mlp.csv", "tiny-2l/attention.csv", "tiny-2l/model_config.yml", "device_config.yml"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let dev = std::fs::read_to_string(out.join("device_config.yml")).unwrap();
+    let peak: f64 = dev.lines().find_map(|l| l.strip_prefix("fp16_tflops: ")).unwrap().parse().unwrap();
+    assert!(peak > 0.0005, "a measured peak: {peak} TFLOP/s");
+    let o = bin().args(["cost", "validate", "--json", "--fit"]).arg(&out).arg("--test").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ops: Vec<&str> = r["ops"].as_array().unwrap().iter().map(|o| o["op"].as_str().unwrap()).collect();
+    assert!(ops.contains(&"mlp_up_proj") && ops.contains(&"attn_decode"), "{ops:?}");
+}
+
+#[test]
+fn profile_refuses_bad_devices_and_models_that_do_not_fit() {
+    let out = tmp("profile-bad");
+    for (args, want) in [
+        (vec!["--device", "gpu:0", "--model", "tiny-2l"], "unknown device `gpu:0"),
+        (vec!["--device", "cuda:0", "--model", "tiny-2l"], "CUDA backend is not part of this build"),
+        (vec!["--model", "gpt-9"], "unknown model `gpt-9`"),
+        (vec!["--model", "llama-3-8b", "--memory-gb", "4"], "more than a device's"),
+        (vec!["--model", "tiny-2l", "--tp", "3"], "--tp 3"),
+    ] {
+        let o = bin().arg("profile").args(&args).arg("--out").arg(&out).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
