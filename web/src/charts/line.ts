@@ -43,7 +43,7 @@ export function lineChart(series: LineSeries[], o: LineOpts): HTMLElement {
   const xt = (o.xLog ? logTicks(x0, x1) : niceTicks(x0, x1, 6)).filter((t) => !o.xInt || Number.isInteger(t));
   for (const t of xt) {
     const X = o.xLog ? L + ((Math.log10(t) - x0) / (x1 - x0 || 1)) * (W - L - R) : sx(t);
-    g.append(svg('text', { x: X, y: H - B + 16, 'text-anchor': 'middle', class: 'tick' }, xfmt(t)));
+    g.append(svg('text', { x: X, y: H - B + 16, 'text-anchor': 'middle', class: 'tick xtick' }, xfmt(t)));
   }
   g.append(svg('line', { x1: L, x2: W - R, y1: H - B, y2: H - B, class: 'axis' }),
     svg('text', { x: (L + W - R) / 2, y: H - 4, 'text-anchor': 'middle', class: 'label' }, o.xLabel),

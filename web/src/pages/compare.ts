@@ -9,6 +9,7 @@ import type { Page as ApiPage, Run, Summary, SweepReport } from '../types';
 import { badge, empty, link, section, table } from '../ui';
 import type { Page } from './page';
 import { compareRuns } from './compare-runs';
+import { exportPanel } from './export';
 import { compareHref } from './selection';
 
 export const comparePage: Page = async (main, ctx) => {
@@ -63,6 +64,8 @@ export const comparePage: Page = async (main, ctx) => {
     policies.some((p) => ratioOf(p, t)) ? histogram(policies.map((p, i) => ({ label: p, value: ratioOf(p, t) ?? 0, color: policyColor(p, i),
       title: `${p}: ${ratio(ratioOf(p, t))}` })), { xLabel: 'policy', yLabel: 'goodput ÷ dedicated', every: 1, height: 220 })
       : h('p', { class: 'hint' }, `No ratio: dedicated sustains no rate tried at ${pct(t, 0)} violations (or no policy does).`))))));
+
+  main.append(section('Export', exportPanel(run)));
 
   // Replays of the same scenario, side by side.
   const replays = await api<ApiPage<Run>>(`/runs${qs({ kind: 'replay', scenario: rep.scenario, status: 'succeeded', limit: 50 })}`)
