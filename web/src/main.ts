@@ -196,17 +196,16 @@ function mount(header: HTMLElement | null, page: Page, route: ReturnType<typeof 
   root.append(main);
   main.tabIndex = -1;
   const ctx = { route, onLeave: (f: () => void) => cleanups.push(f) };
-  // Until the page has drawn something of its own, say that it is loading.
+  // Until the page has loaded what it shows first, say that it is loading (below what
+  // it already drew, such as its heading).
   const wait = loading();
+  const result = page(main, ctx);
+  if (!(result instanceof Promise)) return focusPage(main);
   main.append(wait);
-  const drop = () => { if (main.firstChild !== wait || main.childNodes.length > 1) wait.remove(); };
-  const watch = new MutationObserver(drop);
-  watch.observe(main, { childList: true });
-  Promise.resolve(page(main, ctx)).catch((e) => {
+  result.catch((e) => {
     clear(main);
     main.append(errorBox(e, () => void render()));
   }).finally(() => {
-    watch.disconnect();
     wait.remove();
     focusPage(main);
   });

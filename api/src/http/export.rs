@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgRow;
+use sqlx::types::Json;
 use sqlx::{FromRow, PgPool};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -94,12 +95,18 @@ async fn export(
             .await?
             .ok_or(ApiError::NotFound)?;
     if status != "succeeded" {
-        return Err(ApiError::conflict("status", format!("the run is {status}: only a run that succeeded has results")));
+        return Err(ApiError::conflict(
+            "status",
+            format!("the run is {status}: only a run that succeeded has results"),
+        ));
     }
     let replay = kind == "replay";
     match (part, replay) {
         (Part::Requests | Part::Series, false) => {
-            return Err(ApiError::invalid("part", format!("a sweep has no {}: export its summary or points", part.as_str())))
+            return Err(ApiError::invalid(
+                "part",
+                format!("a sweep has no {}: export its summary or points", part.as_str()),
+            ))
         }
         (Part::Points, true) => {
             return Err(ApiError::invalid("part", "a replay has no points: export its summary, requests or series"))
@@ -115,11 +122,23 @@ async fn export(
                 sqlx::query_as("select summary::text from runs where id = $1").bind(id).fetch_one(&st.db).await?;
             Body::from(text)
         }
-        (Part::Summary, Format::Csv) if replay => stream::<ReplaySummaryRow>(db, replay_summary_sql(), id, fmt),
-        (Part::Summary, Format::Csv) => stream::<SweepResultRow>(db, sweep_results_sql(), id, fmt),
+        (Part::Summary, Format::Csv) if replay => {
+            pump(db, replay_summary_sql(), id, Encoder::new(fmt, None), |enc, r: ScopedFigures| {
+                enc.row(&ReplaySummaryRow::from(r))
+            })
+        }
+        (Part::Summary, Format::Csv) => {
+            pump(db, sweep_results_sql(), id, Encoder::new(fmt, None), |enc, r: ResultWithRatio| {
+                let mut row = r.e.0;
+                row.goodput_vs_dedicated = r.ratio.and_then(|j| j.0);
+                enc.row(&row)
+            })
+        }
         (Part::Requests, _) => stream::<RequestRecord>(db, REQUESTS_SQL.to_string(), id, fmt),
         (Part::Series, _) => stream_series(db, id, gpus.max(0) as usize, fmt),
-        (Part::Points, _) => stream::<PointRow>(db, POINTS_SQL.to_string(), id, fmt),
+        (Part::Points, _) => {
+            pump(db, elements_sql("points"), id, Encoder::new(fmt, None), |enc, (p,): (Json<PointRow>,)| enc.row(&p.0))
+        }
     };
     let (ext, ct) = match fmt {
         Format::Csv => ("csv", "text/csv; charset=utf-8"),
@@ -135,71 +154,45 @@ async fn export(
     Ok(resp)
 }
 
-const REQUESTS_SQL: &str = "select request_id as id, tenant, arrival_ns, prompt_tokens, output_tokens, first_token_ns, \
+const REQUESTS_SQL: &str =
+    "select request_id as id, tenant, arrival_ns, prompt_tokens, output_tokens, first_token_ns, \
      finish_ns, ttft_ms, tpot_ms, preemptions, dropped, violated, ttft_target_ms, tpot_target_ms \
      from run_requests where run_id = $1 order by request_id";
 
-const POINTS_SQL: &str = "select p->>'policy' as policy, (p->>'rate_scale')::float8 as rate_scale, \
-     (p->>'violation_rate')::float8 as violation_rate, (p->>'prompt_tokens_per_s')::float8 as prompt_tokens_per_s, \
-     (p->>'output_tokens_per_s')::float8 as output_tokens_per_s, (p->>'oom_events')::int8 as oom_events \
-     from runs, jsonb_array_elements(summary -> 'points') with ordinality as x(p, n) where id = $1 order by n";
-
-/// The figures a replay's summary has for the whole run and for each tenant.
-const FIGURES: &[&str] = &[
-    "violation_rate",
-    "prompt_tokens_per_s",
-    "output_tokens_per_s",
-    "ttft_p50_ms",
-    "ttft_p90_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p90_ms",
-    "tpot_p99_ms",
-];
-
-fn replay_summary_sql() -> String {
-    let cols = |src: &str| {
-        let mut s = format!(
-            "({src}->>'requests')::int8 as requests, ({src}->>'completed')::int8 as completed, \
-             ({src}->>'dropped')::int8 as dropped"
-        );
-        for f in FIGURES {
-            s.push_str(&format!(", ({src}->>'{f}')::float8 as {f}"));
-        }
-        s
-    };
+/// Elements of a stored summary's array, in order. They are decoded with serde_json, as
+/// `GET /runs/{id}` decodes the summary, so an exported figure is the very number the
+/// JSON routes answer (a cast to float8 in SQL can differ in the last digit).
+fn elements_sql(array: &str) -> String {
     format!(
-        "select * from (select 0 as n, 'run' as scope, summary->>'policy' as name, {} from runs where id = $1 \
-         union all select x.n, 'tenant', t->>'name', {} from runs, \
-         jsonb_array_elements(summary -> 'tenants') with ordinality as x(t, n) where id = $1) r order by n",
-        cols("summary"),
-        cols("t")
+        "select x.e from runs, jsonb_array_elements(summary -> '{array}') with ordinality as x(e, n) \
+         where id = $1 order by x.n"
     )
 }
 
-fn sweep_results_sql() -> String {
-    "select r->>'policy' as policy, (r->>'target')::float8 as target, (r->>'rate_scale')::float8 as rate_scale, \
-     (r->>'prompt_tokens_per_s')::float8 as prompt_tokens_per_s, \
-     (r->>'output_tokens_per_s')::float8 as output_tokens_per_s, (r->>'violation_rate')::float8 as violation_rate, \
-     (r->>'oom_events')::int8 as oom_events, r->>'status' as status, \
-     (select (q->>'goodput_vs_dedicated')::float8 from jsonb_array_elements(summary -> 'ratios') q \
-       where q->>'policy' = r->>'policy' and (q->>'target')::float8 = (r->>'target')::float8 limit 1) \
-       as goodput_vs_dedicated \
-     from runs, jsonb_array_elements(summary -> 'results') with ordinality as x(r, n) where id = $1 order by n"
+/// The run's own figures first, then each tenant's.
+fn replay_summary_sql() -> String {
+    "select 'run' as scope, summary as e, 0::int8 as n from runs where id = $1 \
+     union all select 'tenant', x.e, x.n from runs, jsonb_array_elements(summary -> 'tenants') with ordinality as x(e, n) \
+     where id = $1 order by n"
         .to_string()
 }
 
-#[derive(Debug, Serialize, FromRow)]
-struct ReplaySummaryRow {
-    #[serde(skip)]
-    #[allow(dead_code)]
-    n: i64,
-    /// `run` for the whole run (name: the policy), `tenant` per tenant.
-    scope: String,
+/// Every result with the ratio the sweep found for its policy and target.
+fn sweep_results_sql() -> String {
+    "select x.e, (select q -> 'goodput_vs_dedicated' from jsonb_array_elements(summary -> 'ratios') q \
+       where q -> 'policy' = x.e -> 'policy' and q -> 'target' = x.e -> 'target' limit 1) as ratio \
+     from runs, jsonb_array_elements(summary -> 'results') with ordinality as x(e, n) where id = $1 order by x.n"
+        .to_string()
+}
+
+/// The figures a replay's summary has for the whole run (named by its policy) and for each tenant.
+#[derive(Debug, Deserialize)]
+struct Figures {
+    #[serde(alias = "policy")]
     name: Option<String>,
-    requests: Option<i64>,
-    completed: Option<i64>,
-    dropped: Option<i64>,
+    requests: Option<u64>,
+    completed: Option<u64>,
+    dropped: Option<u64>,
     violation_rate: Option<f64>,
     prompt_tokens_per_s: Option<f64>,
     output_tokens_per_s: Option<f64>,
@@ -211,7 +204,54 @@ struct ReplaySummaryRow {
     tpot_p99_ms: Option<f64>,
 }
 
-#[derive(Debug, Serialize, FromRow)]
+#[derive(Debug, Serialize)]
+struct ReplaySummaryRow {
+    /// `run` for the whole run (name: the policy), `tenant` per tenant.
+    scope: String,
+    name: Option<String>,
+    requests: Option<u64>,
+    completed: Option<u64>,
+    dropped: Option<u64>,
+    violation_rate: Option<f64>,
+    prompt_tokens_per_s: Option<f64>,
+    output_tokens_per_s: Option<f64>,
+    ttft_p50_ms: Option<f64>,
+    ttft_p90_ms: Option<f64>,
+    ttft_p99_ms: Option<f64>,
+    tpot_p50_ms: Option<f64>,
+    tpot_p90_ms: Option<f64>,
+    tpot_p99_ms: Option<f64>,
+}
+
+#[derive(FromRow)]
+struct ScopedFigures {
+    scope: String,
+    e: Json<Figures>,
+}
+
+impl From<ScopedFigures> for ReplaySummaryRow {
+    fn from(r: ScopedFigures) -> Self {
+        let f = r.e.0;
+        ReplaySummaryRow {
+            scope: r.scope,
+            name: f.name,
+            requests: f.requests,
+            completed: f.completed,
+            dropped: f.dropped,
+            violation_rate: f.violation_rate,
+            prompt_tokens_per_s: f.prompt_tokens_per_s,
+            output_tokens_per_s: f.output_tokens_per_s,
+            ttft_p50_ms: f.ttft_p50_ms,
+            ttft_p90_ms: f.ttft_p90_ms,
+            ttft_p99_ms: f.ttft_p99_ms,
+            tpot_p50_ms: f.tpot_p50_ms,
+            tpot_p90_ms: f.tpot_p90_ms,
+            tpot_p99_ms: f.tpot_p99_ms,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
 struct SweepResultRow {
     policy: Option<String>,
     target: Option<f64>,
@@ -219,19 +259,26 @@ struct SweepResultRow {
     prompt_tokens_per_s: Option<f64>,
     output_tokens_per_s: Option<f64>,
     violation_rate: Option<f64>,
-    oom_events: Option<i64>,
+    oom_events: Option<u64>,
     status: Option<String>,
+    #[serde(default)]
     goodput_vs_dedicated: Option<f64>,
 }
 
-#[derive(Debug, Serialize, FromRow)]
+#[derive(FromRow)]
+struct ResultWithRatio {
+    e: Json<SweepResultRow>,
+    ratio: Option<Json<Option<f64>>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
 struct PointRow {
     policy: Option<String>,
     rate_scale: Option<f64>,
     violation_rate: Option<f64>,
     prompt_tokens_per_s: Option<f64>,
     output_tokens_per_s: Option<f64>,
-    oom_events: Option<i64>,
+    oom_events: Option<u64>,
 }
 
 /// One bucket of a replay's series; in CSV the GPUs' busy time is one column per GPU.
@@ -256,7 +303,7 @@ where
 
 fn stream_series(db: PgPool, id: Uuid, gpus: usize, fmt: Format) -> Body {
     let sql = format!(
-        "select bucket, bucket * {} as t_s, prompt_tokens, output_tokens, completed, violations, gpu_busy_ns \
+        "select bucket, bucket * {:?}::float8 as t_s, prompt_tokens, output_tokens, completed, violations, gpu_busy_ns \
          from run_series where run_id = $1 order by bucket",
         slicesched_sim::SERIES_BUCKET_NS as f64 / 1e9
     );
@@ -364,8 +411,11 @@ impl Encoder {
     fn take(&mut self) -> Bytes {
         match self.fmt {
             Format::Csv => {
-                let _ = self.csv.flush();
-                Bytes::from(std::mem::take(self.csv.get_mut()))
+                // The header, if any, is written: the next writer writes rows only.
+                let next = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+                let done = std::mem::replace(&mut self.csv, next);
+                // Flushing into a Vec cannot fail.
+                Bytes::from(done.into_inner().unwrap_or_default())
             }
             Format::Json => Bytes::from(std::mem::take(&mut self.json)),
         }

@@ -121,15 +121,21 @@ async fn a_replay_exports_summary_requests_and_series_as_csv_and_json(pool: PgPo
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
 async fn a_sweep_exports_its_results_and_points_and_unfinished_runs_have_none(pool: PgPool) {
     let app = slicesched_api::app(state(pool.clone()).await);
-    let r = run(&app, json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "violation_targets": [0.09] }))
-        .await;
+    let r = run(
+        &app,
+        json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "violation_targets": [0.09] }),
+    )
+    .await;
     let id = r["id"].as_str().unwrap();
     let rep = &r["summary"];
     let (st, _, cd, body) = file(&app, &format!("/api/v1/runs/{id}/export/points"), ADMIN).await;
     assert_eq!(st, StatusCode::OK);
     assert!(cd.ends_with("-points.csv\""), "{cd}");
     let (head, rows) = csv_rows(&body);
-    assert_eq!(head, ["policy", "rate_scale", "violation_rate", "prompt_tokens_per_s", "output_tokens_per_s", "oom_events"]);
+    assert_eq!(
+        head,
+        ["policy", "rate_scale", "violation_rate", "prompt_tokens_per_s", "output_tokens_per_s", "oom_events"]
+    );
     let points = rep["points"].as_array().unwrap();
     assert!(!points.is_empty());
     assert_eq!(rows.len(), points.len());
@@ -151,7 +157,9 @@ async fn a_sweep_exports_its_results_and_points_and_unfinished_runs_have_none(po
     assert_eq!((st, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("part")), "{v}");
 
     // A run that has not succeeded has nothing to export, and says why.
-    let (_, q) = post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "bursty-8t", "policy": "slice" })).await;
+    let (_, q) =
+        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "bursty-8t", "policy": "slice" }))
+            .await;
     let qid = q["id"].as_str().unwrap();
     let (st, v) = get(&app, &format!("/api/v1/runs/{qid}/export/requests"), ADMIN).await;
     assert_eq!((st, v["field"].as_str()), (StatusCode::CONFLICT, Some("status")), "{v}");
@@ -172,7 +180,8 @@ async fn the_scenario_filter_matches_part_of_a_name(pool: PgPool) {
         .unwrap();
     }
     let names = |v: &Value| {
-        let mut n: Vec<String> = v["items"].as_array().unwrap().iter().map(|r| r["scenario"].as_str().unwrap().into()).collect();
+        let mut n: Vec<String> =
+            v["items"].as_array().unwrap().iter().map(|r| r["scenario"].as_str().unwrap().into()).collect();
         n.sort();
         n
     };

@@ -58,7 +58,9 @@ async fn a_valid_component_uploads_once_runs_and_disables(pool: PgPool) {
     assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
     let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/trial"), ADMIN, json!({ "scenario": "nowhere" })).await;
     assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("scenario")), "{v}");
-    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/trial"), ADMIN, json!({ "scenario": "smoke", "rate_scale": 0 })).await;
+    let (s, v) =
+        post(&app, &format!("/api/v1/plugins/{id}/trial"), ADMIN, json!({ "scenario": "smoke", "rate_scale": 0 }))
+            .await;
     assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("rate_scale")), "{v}");
     let (s, trial) = post(&app, &format!("/api/v1/plugins/{id}/trial"), ADMIN, json!({ "scenario": "smoke" })).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{trial}");
