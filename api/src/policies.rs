@@ -44,9 +44,24 @@ impl Instance {
     }
 }
 
+/// The prefix of a policy name that pins a run to one plugin row by id, whatever its
+/// state (a trial replay of an upload that is not active yet).
+pub const PINNED: &str = "plugin:";
+
 /// A fresh policy instance for one run: the newest active component of that name, or
-/// the native built-in when no component of that name is active.
+/// the native built-in when no component of that name is active; `plugin:{id}` that
+/// exact uploaded component.
 pub async fn instantiate(db: &PgPool, name: &str) -> Result<Instance, String> {
+    if let Some(id) = name.strip_prefix(PINNED) {
+        let id = Uuid::parse_str(id).map_err(|_| format!("`{name}` names no plugin id"))?;
+        let row: Option<(Option<Vec<u8>>,)> = sqlx::query_as("select bytes from plugins where id = $1 and not builtin")
+            .bind(id)
+            .fetch_optional(db)
+            .await
+            .map_err(|e| e.to_string())?;
+        let bytes = row.and_then(|r| r.0).ok_or_else(|| format!("plugin {id} no longer exists"))?;
+        return crate::plugin_host::load(&bytes).map(|policy| Instance::Plugin { id, policy: Box::new(policy) });
+    }
     let row: Option<(Uuid, bool, Option<Vec<u8>>)> = sqlx::query_as(
         "select id, builtin, bytes from plugins where name = $1 and state = 'active' \
          order by builtin, created_at desc limit 1",

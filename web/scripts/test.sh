@@ -69,5 +69,5 @@ for _ in $(seq 1 120); do
 done
 
 cd "$web"
-BASE_URL="http://127.0.0.1:$port" node --test --test-concurrency=1 --test-reporter=spec tests/ui.test.mjs
+BASE_URL="http://127.0.0.1:$port" node --test --test-concurrency=1 --test-reporter=spec tests/*.test.mjs
 echo "web tests: screenshots and timeline-perf.json in web/test-results/"

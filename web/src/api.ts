@@ -52,6 +52,26 @@ export async function api<T>(path: string, init: RequestInit & { key?: string } 
   return (ct.includes('json') ? res.json() : res.text()) as Promise<T>;
 }
 
+/** A file the API streams (exports): the whole body as a Blob and the name the server
+ *  gave it. Errors are the same ApiErrors as for JSON calls. */
+export async function apiFile(path: string): Promise<{ blob: Blob; filename: string }> {
+  const key = getKey();
+  let res: Response;
+  try {
+    res = await fetch(`/api/v1${path}`, { headers: key ? { Authorization: `Bearer ${key}` } : {} });
+  } catch {
+    throw new ApiError(0, 'Server unreachable', 'The SliceScheduler service did not answer.');
+  }
+  if (!res.ok) {
+    const err = await problem(res);
+    if (err.unauthorized) onUnauthorized.forEach((f) => f());
+    throw err;
+  }
+  const cd = res.headers.get('Content-Disposition') ?? '';
+  const filename = /filename="([^"]+)"/.exec(cd)?.[1] ?? path.split('/').pop() ?? 'export';
+  return { blob: await res.blob(), filename };
+}
+
 async function problem(res: Response): Promise<ApiError> {
   let title = res.statusText || `HTTP ${res.status}`;
   let detail = '';

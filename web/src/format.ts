@@ -1,5 +1,7 @@
 // One place decides units so every page says ms and tokens/s the same way.
 
+import { zone, zoneLabel } from './prefs';
+
 export function ms(v: number | null | undefined, digits = 1): string {
   if (v === null || v === undefined || !Number.isFinite(v)) return '–';
   if (v >= 10_000) return `${(v / 1000).toFixed(1)} s`;
@@ -51,11 +53,14 @@ export function shortDur(ns: number): string {
   return `${+(ns / d).toPrecision(2)} ${u}`;
 }
 
+/** A timestamp in the zone the user chose (header toggle), always labelled with it. */
 export function when(iso: string | null | undefined): string {
   if (!iso) return '–';
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return iso;
-  return d.toISOString().replace('T', ' ').slice(0, 19) + ' UTC';
+  if (zone() === 'utc') return d.toISOString().replace('T', ' ').slice(0, 19) + ' UTC';
+  const p = (n: number) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())} (${zoneLabel('local', d)})`;
 }
 
 export function bytes(n: number): string {

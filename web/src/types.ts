@@ -18,6 +18,8 @@ export interface Run {
   finished_at: string | null;
   error: string | null;
   summary: Summary | SweepReport | null;
+  /** A sweep's violation targets (fractions), when the API gives them. */
+  violation_targets?: number[] | null;
 }
 
 export interface Page<T> { items: T[]; next_cursor: string | null }

@@ -16,12 +16,26 @@ export function badge(status: RunStatus | string): HTMLElement {
   return h('span', { class: `badge badge-${status}`, 'data-status': status }, status);
 }
 
-export function progressBar(p: number, status: string): HTMLElement {
+/** The replay job reports the simulation as 0–95 %; the rest is storing its results in
+ *  one transaction, which reports nothing: that phase is said and animated instead of
+ *  looking stuck at 95 %. */
+export const STORING_FROM = 0.95;
+
+export function progressBar(p: number, status: string, kind = 'replay'): HTMLElement {
   const pc = Math.round(Math.max(0, Math.min(1, p || 0)) * 100);
-  return h('div', { class: `progress progress-${status}`, role: 'progressbar', 'aria-valuenow': pc,
-    'aria-valuemin': 0, 'aria-valuemax': 100, title: `${pc} %` },
+  const storing = status === 'running' && kind === 'replay' && p >= STORING_FROM;
+  const text = storing ? 'storing results…' : `${pc} %`;
+  return h('div', { class: `progress progress-${status}${storing ? ' progress-storing' : ''}`, role: 'progressbar', 'aria-valuenow': pc,
+    'aria-valuemin': 0, 'aria-valuemax': 100, 'aria-valuetext': storing ? `${pc} %, storing results` : `${pc} %`, title: text,
+    'data-phase': storing ? 'storing' : status },
   h('div', { class: 'progress-fill', style: { width: `${pc}%` } }),
-  h('span', { class: 'progress-text' }, `${pc} %`));
+  h('span', { class: 'progress-text' }, text));
+}
+
+/** A placeholder while something loads, announced to screen readers. */
+export function loading(text = 'Loading…'): HTMLElement {
+  return h('div', { class: 'state state-loading', role: 'status', 'aria-live': 'polite', 'data-loading': '' },
+    h('span', { class: 'spinner', 'aria-hidden': 'true' }), text);
 }
 
 export function empty(title: string, text: string, ...actions: HTMLElement[]): HTMLElement {

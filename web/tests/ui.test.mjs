@@ -207,7 +207,7 @@ describe('run pages show the API figures', () => {
     await page.selectOption('select[name=kind]', 'sweep');
     await page.waitForSelector(`tr[data-run="${fx.sweep.id}"]`);
     await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=runs-table] tbody tr')]
-      .every((r) => r.children[1].textContent === 'sweep'));
+      .every((r) => r.getAttribute('data-kind') === 'sweep'));
     const sweeps = await api('/runs?kind=sweep&limit=25', fx.analystKey);
     assert.equal(await page.locator('[data-testid=runs-table] tbody tr').count(), sweeps.items.length);
     assert.match(page.url(), /kind=sweep/);

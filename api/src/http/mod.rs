@@ -4,6 +4,7 @@
 
 mod audit;
 mod catalog;
+mod export;
 mod health;
 mod keys;
 mod me;
@@ -63,6 +64,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(me::router())
         .merge(runs::router())
         .merge(run_data::router())
+        .merge(export::router())
         .merge(timeline::router())
         .merge(tenants::router())
         .merge(keys::router())

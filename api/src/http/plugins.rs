@@ -1,17 +1,18 @@
 //! Policy plugins: upload (a Wasm component as `application/wasm` or in a multipart
-//! form; validated by instantiating it in the sandbox before anything is stored), list,
-//! read, activate, disable.
+//! form; validated by instantiating it in the sandbox before anything is stored, and
+//! stored `inactive`), list, read, a trial replay of one plugin whatever its state,
+//! activate (only then do runs get it by name), disable.
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, Problem};
-use crate::extract::{content_type, read_body, ApiPath};
+use crate::extract::{content_type, read_body, ApiJson, ApiPath};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
@@ -22,6 +23,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_plugin))
         .routes(routes!(activate_plugin))
         .routes(routes!(disable_plugin))
+        .routes(routes!(trial_plugin))
 }
 
 #[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
@@ -34,7 +36,7 @@ pub struct Plugin {
     pub size_bytes: i64,
     /// A policy the binary carries (no component bytes).
     pub builtin: bool,
-    /// `active`, `disabled` or `quarantined`.
+    /// `inactive` (uploaded, not yet activated), `active`, `disabled` or `quarantined`.
     pub state: String,
     pub uploaded_by: String,
     pub created_at: DateTime<Utc>,
@@ -135,8 +137,8 @@ async fn upload_plugin(
     let id = Uuid::new_v4();
     let mut tx = st.db.begin().await?;
     sqlx::query(
-        "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, bytes, uploaded_by) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, bytes, uploaded_by, state) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, 'inactive')",
     )
     .bind(id)
     .bind(&info.name)
@@ -191,4 +193,46 @@ async fn disable_plugin(
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<Plugin>> {
     set_state(&st, &caller, id, "disabled").await.map(Json)
+}
+
+/// A trial replay of one plugin.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Trial {
+    /// A shipped scenario's name or a whole scenario as TOML text.
+    pub scenario: String,
+    /// Arrival-rate multiplier, (0, 64].
+    pub rate_scale: Option<f64>,
+}
+
+/// The policy name that pins a run to this exact plugin row, whatever its state: how a
+/// trial replays an upload before anyone may run it by name.
+pub fn pinned_name(id: Uuid) -> String {
+    format!("{}{id}", crate::policies::PINNED)
+}
+
+/// Starts a replay of `scenario` under exactly this plugin (inactive ones too), so an
+/// admin can see how it behaves before activating it. The run is an ordinary replay whose
+/// policy is `plugin:{id}` (list a plugin's trials with `GET /api/v1/runs?policy=plugin:{id}`).
+#[utoipa::path(post, path = "/api/v1/plugins/{id}/trial", tag = "plugins", params(("id" = Uuid, Path)),
+    request_body = Trial,
+    responses((status = 202, description = "Queued", body = crate::db::runs::Run), (status = 400, body = Problem),
+              (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem),
+              (status = 422, body = Problem)))]
+async fn trial_plugin(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(t): ApiJson<Trial>,
+) -> ApiResult<(StatusCode, Json<crate::db::runs::Run>)> {
+    caller.admin()?;
+    let p = fetch(&st, id).await?;
+    if p.builtin {
+        return Err(ApiError::invalid("id", format!("`{}` is built in: replay it by name", p.name)));
+    }
+    // Through NewRun's own parsing, so the trial is checked like any replay request.
+    let body = serde_json::json!({ "kind": "replay", "scenario": t.scenario, "policy": pinned_name(id),
+                                   "rate_scale": t.rate_scale });
+    let body = serde_json::from_value(body).map_err(|e| ApiError::Internal(format!("trial request: {e}")))?;
+    crate::http::runs::start(&st, &caller, &body, vec![pinned_name(id)]).await
 }

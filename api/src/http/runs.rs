@@ -26,7 +26,7 @@ pub struct RunQuery {
     kind: Option<RunKind>,
     /// Runs that used this policy.
     policy: Option<String>,
-    /// Runs of this scenario (name).
+    /// Runs whose scenario name contains this (case-insensitive).
     scenario: Option<String>,
     status: Option<RunStatus>,
     /// Created at or after (RFC 3339).
@@ -84,7 +84,7 @@ async fn list_runs(
     };
     let rows: Vec<Run> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {RUN_COLUMNS} from runs \
-         where ($1::text is null or $1 = any(policies)) and ($2::text is null or scenario = $2) \
+         where ($1::text is null or $1 = any(policies)) and ($2::text is null or strpos(lower(scenario), lower($2)) > 0) \
            and ($3::text is null or status = $3) and ($4::timestamptz is null or created_at >= $4) \
            and ($5::timestamptz is null or created_at < $5) \
            and ($6::timestamptz is null or (created_at, id) < ($6, $7)) and ($9::text is null or kind = $9) \
@@ -127,7 +127,18 @@ async fn create_run(
 ) -> ApiResult<(StatusCode, Json<Run>)> {
     caller.admin()?;
     let policies = check_policies(&st, &body).await?;
-    let (rate_scale, targets) = check_knobs(&body)?;
+    start(&st, &caller, &body, policies).await
+}
+
+/// Queues a run of `policies` (already checked: by name, or pinned to a plugin row by a
+/// trial) after checking the rest of the request.
+pub(crate) async fn start(
+    st: &AppState,
+    caller: &Caller,
+    body: &NewRun,
+    policies: Vec<String>,
+) -> ApiResult<(StatusCode, Json<Run>)> {
+    let (rate_scale, targets) = check_knobs(body)?;
     if body.scenario.trim().is_empty() {
         return Err(ApiError::invalid("scenario", "empty"));
     }

@@ -42,6 +42,8 @@ async fn the_served_document_describes_every_route(pool: PgPool) {
         "/api/v1/plugins/{id}",
         "/api/v1/plugins/{id}/activate",
         "/api/v1/plugins/{id}/disable",
+        "/api/v1/plugins/{id}/trial",
+        "/api/v1/runs/{id}/export/{part}",
         "/api/v1/clusters",
         "/api/v1/models",
         "/api/v1/scenarios",

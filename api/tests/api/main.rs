@@ -4,6 +4,7 @@
 mod admin;
 mod bad_input;
 mod common;
+mod export;
 mod http;
 mod matrix;
 mod plugins;

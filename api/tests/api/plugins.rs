@@ -1,6 +1,6 @@
 //! A real policy component (the template plugin, built by `scripts/test.sh` into
-//! `target/plugins/`) uploads once, is listed, runs a replay, and stops being offered
-//! once disabled.
+//! `target/plugins/`) uploads once, inactive; a trial replays it; once an admin activates
+//! it, it runs a replay by name, and it stops being offered once disabled.
 
 use crate::common::*;
 use axum::body::Body;
@@ -31,7 +31,7 @@ async fn a_valid_component_uploads_once_runs_and_disables(pool: PgPool) {
     let (s, p) = send(&app, upload("application/wasm", bytes.clone())).await;
     assert_eq!(s, StatusCode::CREATED, "{p}");
     assert_eq!(p["name"], "template");
-    assert_eq!(p["state"], "active");
+    assert_eq!(p["state"], "inactive", "an upload waits for an admin");
     assert_eq!(p["builtin"], false);
     assert_eq!(p["size_bytes"], bytes.len() as u64);
     assert_eq!(p["sha256_hex"], hex_sha256(&bytes));
@@ -47,14 +47,46 @@ async fn a_valid_component_uploads_once_runs_and_disables(pool: PgPool) {
         sqlx::query_as("select count(*) from plugins where name = 'template'").fetch_one(&pool).await.unwrap();
     assert_eq!(n, 1);
 
-    let (s, run) =
-        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "template" })).await;
+    let id = p["id"].as_str().unwrap();
+    // Inactive: no run may name it, and the policy list does not offer it...
+    let replay = json!({ "kind": "replay", "scenario": "smoke", "policy": "template" });
+    let (s, v) = post(&app, "/api/v1/runs", ADMIN, replay.clone()).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("policy")), "{v}");
+    // ...but an admin may try it out: a trial replays exactly this component.
+    let ana = analyst(&app).await;
+    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/trial"), &ana, json!({ "scenario": "smoke" })).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/trial"), ADMIN, json!({ "scenario": "nowhere" })).await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("scenario")), "{v}");
+    let (s, v) =
+        post(&app, &format!("/api/v1/plugins/{id}/trial"), ADMIN, json!({ "scenario": "smoke", "rate_scale": 0 }))
+            .await;
+    assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("rate_scale")), "{v}");
+    let (s, trial) = post(&app, &format!("/api/v1/plugins/{id}/trial"), ADMIN, json!({ "scenario": "smoke" })).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{trial}");
+    assert_eq!(trial["policies"], json!([format!("plugin:{id}")]));
+    let trial = wait_run(&app, trial["id"].as_str().unwrap(), finished).await;
+    assert_eq!(trial["status"], "succeeded", "{trial}");
+    let (_, trials) = get(&app, &format!("/api/v1/runs?policy=plugin:{id}"), &ana).await;
+    assert_eq!(trials["items"][0]["id"], trial["id"]);
+    let (_, still) = get(&app, &format!("/api/v1/plugins/{id}"), ADMIN).await;
+    assert_eq!(still["state"], "inactive", "a trial activates nothing");
+    // Activated by an admin (an analyst may not), recorded, and from then on runnable by name.
+    let (s, _) = post(&app, &format!("/api/v1/plugins/{id}/activate"), &ana, json!({})).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/activate"), ADMIN, json!({})).await;
+    assert_eq!((s, v["state"].as_str()), (StatusCode::OK, Some("active")), "{v}");
+    let (_, audit) = get(&app, &format!("/api/v1/audit?action=plugin.active&target={id}"), ADMIN).await;
+    assert_eq!(audit["items"].as_array().unwrap().len(), 1, "{audit}");
+    let (s, run) = post(&app, "/api/v1/runs", ADMIN, replay).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{run}");
     let run = wait_run(&app, run["id"].as_str().unwrap(), finished).await;
     assert_eq!(run["status"], "succeeded", "{run}");
     assert_eq!(run["summary"]["oom_events"], 0);
+    // The trial ran the same component on the same scenario: the same figures.
+    assert_eq!(run["summary"]["violation_rate"], trial["summary"]["violation_rate"]);
+    assert_eq!(run["summary"]["output_tokens_per_s"], trial["summary"]["output_tokens_per_s"]);
 
-    let id = p["id"].as_str().unwrap();
     let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/disable"), ADMIN, json!({})).await;
     assert_eq!((s, v["state"].as_str()), (StatusCode::OK, Some("disabled")));
     let (s, v) =
@@ -107,8 +139,10 @@ async fn a_plugin_the_host_quarantines_during_a_run_is_marked_quarantined(pool: 
     // It describes itself fine, so the upload is accepted; it panics on every batch.
     let (s, p) = send(&app, upload("application/wasm", hostile("panic"))).await;
     assert_eq!(s, StatusCode::CREATED, "{p}");
-    assert_eq!((p["name"].as_str(), p["state"].as_str()), (Some("hostile"), Some("active")));
+    assert_eq!((p["name"].as_str(), p["state"].as_str()), (Some("hostile"), Some("inactive")));
     let id = p["id"].as_str().unwrap().to_string();
+    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/activate"), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
     let (s, run) =
         post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "hostile" })).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{run}");

@@ -8,17 +8,26 @@ import { go } from '../router';
 import type { Page as ApiPage, Run, Summary, SweepReport } from '../types';
 import { badge, empty, link, section, table } from '../ui';
 import type { Page } from './page';
+import { compareRuns } from './compare-runs';
+import { exportPanel } from './export';
+import { compareHref } from './selection';
 
 export const comparePage: Page = async (main, ctx) => {
+  const many = ctx.route.query.get('runs');
+  if (many) return compareRuns(main, many.split(',').map((x) => x.trim()).filter(Boolean), ctx.route.query.get('base'));
   const id = ctx.route.query.get('run');
   const sweeps = await api<ApiPage<Run>>(`/runs${qs({ kind: 'sweep', status: 'succeeded', limit: 100 })}`)
     .then((p) => p.items);
   const pick = h('select', { id: 'sweep-pick', 'aria-label': 'Sweep run', onchange: () => go(`/compare?run=${pick.value}`) },
     h('option', { value: '' }, sweeps.length ? 'choose a sweep…' : 'no finished sweep'),
     sweeps.map((r) => h('option', { value: String(r.id), selected: String(r.id) === id }, `${shortId(r.id)} ${r.scenario} (${r.policies.join(', ')})`)));
-  main.append(h('div', { class: 'page-head' }, h('h1', null, 'Compare policies'), h('label', null, 'Sweep: ', pick)));
+  main.append(h('div', { class: 'page-head' }, h('div', null, h('h1', null, 'Compare policies'),
+    h('p', { class: 'hint' }, 'Goodput on this page: the highest arrival-rate scale whose violation rate stays under the target.')),
+  h('label', null, 'Sweep: ', pick)));
   if (!id) {
-    main.append(empty('Pick a sweep', 'A sweep replays a scenario at rising arrival rates under each policy and finds the goodput: the highest rate whose violation rate stays under a target.'));
+    main.append(empty('Pick a sweep', 'A sweep replays a scenario at rising arrival rates under each policy and finds the goodput: the highest rate whose violation rate stays under a target.'),
+      empty('Or compare replays', 'Select two or more finished replays of one scenario in the runs list (the checkboxes), then Compare.',
+        h('a', { class: 'btn', href: '#/runs?kind=replay&status=succeeded' }, 'Choose replays')));
     return;
   }
   const run = await api<Run>(`/runs/${id}`);
@@ -43,7 +52,7 @@ export const comparePage: Page = async (main, ctx) => {
     h('p', { class: 'hint' }, 'Each dot is one full replay; rates above the chart are clipped. Dashed lines: violation targets.')));
 
   const ratioOf = (p: string, t: number) => rep.ratios.find((r) => r.policy === p && r.target === t)?.goodput_vs_dedicated ?? null;
-  main.append(section('Goodput', table(
+  main.append(section('Goodput (highest rate scale under each target)', table(
     ['Policy', 'Target', 'Goodput (rate scale)', 'vs dedicated', 'Output at goodput', 'Prompt at goodput', 'Violations', 'OOM'],
     rep.results.map((r) => [
       h('span', { class: 'swatch-name' }, h('i', { class: 'swatch', style: { background: policyColor(r.policy, policies.indexOf(r.policy)) } }), r.policy),
@@ -56,11 +65,16 @@ export const comparePage: Page = async (main, ctx) => {
       title: `${p}: ${ratio(ratioOf(p, t))}` })), { xLabel: 'policy', yLabel: 'goodput ÷ dedicated', every: 1, height: 220 })
       : h('p', { class: 'hint' }, `No ratio: dedicated sustains no rate tried at ${pct(t, 0)} violations (or no policy does).`))))));
 
+  main.append(section('Export', exportPanel(run)));
+
   // Replays of the same scenario, side by side.
   const replays = await api<ApiPage<Run>>(`/runs${qs({ kind: 'replay', scenario: rep.scenario, status: 'succeeded', limit: 50 })}`)
-    .then((p) => p.items.filter((r) => r.kind === 'replay' && r.summary)).catch(() => [] as Run[]);
+    .then((p) => p.items.filter((r) => r.kind === 'replay' && r.summary && r.scenario === rep.scenario)).catch(() => [] as Run[]);
   if (replays.length) {
-    main.append(section(`Replays of ${rep.scenario}`, table(
+    main.append(section(`Replays of ${rep.scenario}`,
+      replays.length >= 2 ? h('p', null, h('a', { class: 'btn', href: compareHref(replays.slice(0, 6).map((r) => String(r.id))) },
+        `Compare the ${Math.min(6, replays.length)} newest side by side`)) : null,
+      table(
       ['Run', 'Policy', 'Output', 'Prompt', 'Violations', 'TTFT p99', 'TPOT p99', 'GPU busy', 'OOM', ''],
       replays.map((r) => {
         const s = r.summary as Summary;

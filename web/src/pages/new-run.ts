@@ -1,15 +1,18 @@
 // Admins start a replay (one policy) or a sweep (several policies, goodput per target).
+// The policies offered are the service's active ones (GET /plugins): shipped, built in,
+// and uploaded components an admin activated.
 
 import { api, ApiError } from '../api';
 import { h } from '../dom';
 import type { Run, Scenario } from '../types';
-import { POLICIES } from './runs';
+import { activePolicies } from './policies';
 
 export function newRunForm(started: (r: Run) => void): HTMLElement {
   const details = h('details', { class: 'new-run' });
   const scenario = h('select', { name: 'scenario', required: true });
   const kind = h('select', { name: 'kind' }, h('option', { value: 'replay' }, 'replay'), h('option', { value: 'sweep' }, 'sweep'));
-  const boxes = POLICIES.map((p) => h('input', { type: 'checkbox', name: 'policy', value: p, checked: p === 'slice' }));
+  let boxes: HTMLInputElement[] = [];
+  const policyBox = h('fieldset', { 'data-testid': 'policy-choices' }, h('legend', null, 'Policies'), h('span', { class: 'hint' }, 'Loading policies…'));
   const rate = h('input', { type: 'number', name: 'rate_scale', min: '0.05', max: '64', step: '0.05', placeholder: '1' });
   const targets = h('input', { name: 'violation_targets', placeholder: '0.01,0.09' });
   const msg = h('p', { class: 'form-error', role: 'alert' });
@@ -36,14 +39,31 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
   } },
   h('label', null, 'Kind', kind),
   h('label', null, 'Scenario', scenario),
-  h('fieldset', null, h('legend', null, 'Policies'), boxes.map((b) => h('label', { class: 'check' }, b, b.value))),
+  policyBox,
   h('label', null, 'Rate scale', rate),
   h('label', null, 'Violation targets (sweep)', targets),
   msg,
   h('button', { class: 'btn btn-primary', type: 'submit' }, 'Start'));
   details.append(h('summary', { class: 'btn btn-primary' }, 'New run'), form);
+  // Escape closes the form, as any popover, and gives focus back to its button.
+  details.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && details.open) { details.open = false; details.querySelector('summary')?.focus(); }
+  });
   details.addEventListener('toggle', async () => {
-    if (!details.open || scenario.options.length) return;
+    if (!details.open) return;
+    // Fresh each time: an admin may have activated a plugin since.
+    void activePolicies(true).then((ps) => {
+      const was = new Set(boxes.filter((b) => b.checked).map((b) => b.value));
+      boxes = ps.map((p) => h('input', { type: 'checkbox', name: 'policy', value: p.name,
+        checked: was.size ? was.has(p.name) : p.name === 'slice' }));
+      policyBox.replaceChildren(h('legend', null, 'Policies'), ...(ps.length ? ps.map((p, i) => h('label', { class: 'check', title: p.uploaded ? `uploaded component ${p.version}` : 'shipped with the service' },
+        boxes[i], p.name, p.uploaded ? h('span', { class: 'badge badge-uploaded' }, `uploaded ${p.version}`) : null))
+        : [h('span', { class: 'form-error' }, 'No active policy: activate one on the Plugins page.')]));
+    }).catch((err) => {
+      policyBox.replaceChildren(h('legend', null, 'Policies'), h('span', { class: 'form-error' },
+        `Could not list policies: ${err instanceof ApiError ? err.title : err}`));
+    });
+    if (scenario.options.length) return;
     try {
       const list = await api<Scenario[] | { items: Scenario[] }>('/scenarios');
       const items = Array.isArray(list) ? list : list.items;

@@ -9,38 +9,60 @@ import { tenantColor } from '../palette';
 import type { LatencyHistogram, RunLatency, Series, Summary } from '../types';
 import { table } from '../ui';
 
-export function seriesCharts(s: Series): HTMLElement[] {
+/** The run's per-second counters summed into at most ~300 windows (a long run has
+ *  thousands of buckets): rates per second of the window, violations per completion. */
+export function windows(s: Series, maxPoints = 300, fixedPer?: number) {
   const b = s.bucket_s || 1;
-  const n = Math.max(s.output_tokens?.length ?? 0, s.prompt_tokens?.length ?? 0, s.completed?.length ?? 0);
-  if (!n) return [h('p', { class: 'hint' }, 'This run stored no time series.')];
-  // A long run has thousands of per-second buckets: summed into at most ~300 windows so
-  // the lines stay readable (rates are per second of the window, violations per window).
-  const per = Math.max(1, Math.ceil(n / 300));
+  const n = seriesLength(s);
+  // Charts overlaid on one axis pass one window size for every run.
+  const per = fixedPer ?? Math.max(1, Math.ceil(n / maxPoints));
   const m = Math.ceil(n / per);
   const sum = (v: number[] | undefined, w: number) => {
     let t = 0;
     for (let i = w * per; i < Math.min(n, (w + 1) * per); i++) t += v?.[i] ?? 0;
     return t;
   };
-  const x = Array.from({ length: m }, (_, w) => w * per * b);
+  // x is the window's middle, so a window's point sits over the time it describes.
   const span = (w: number) => (Math.min(n, (w + 1) * per) - w * per) * b;
+  const x = Array.from({ length: m }, (_, w) => w * per * b + span(w) / 2);
   const rate = (v: number[] | undefined) => x.map((_, w) => sum(v, w) / span(w));
   const viol = x.map((_, w) => {
     const c = sum(s.completed, w);
-    return c ? sum(s.violations, w) / c : 0;
+    return c ? sum(s.violations, w) / c : NaN;
   });
-  const window = per > 1 ? ` (${per * b} s windows)` : '';
+  return { n, per, x, end: n * b, windowS: per * b, output: rate(s.output_tokens), prompt: rate(s.prompt_tokens), viol };
+}
+
+export function seriesLength(s: Series): number {
+  return Math.max(s.output_tokens?.length ?? 0, s.prompt_tokens?.length ?? 0, s.completed?.length ?? 0);
+}
+
+/** Violation targets as dashed lines: the run's or sweep's own, else none (never a guess). */
+export function targetLines(targets: number[] | null | undefined) {
+  return (targets ?? []).map((t) => ({ y: t, label: `target ${pct(t, t < 0.1 ? 0 : 1)}` }));
+}
+
+export function seriesCharts(s: Series, o: { targets?: number[] | null } = {}): HTMLElement[] {
+  const w = windows(s);
+  if (!w.n) return [h('p', { class: 'hint' }, 'This run stored no time series.')];
+  const window = w.per > 1 ? ` (${w.windowS} s windows)` : '';
+  // Every time chart on the page shares one axis: 0 to the end of the series.
+  const axis = { xLabel: 'simulated time (s)', xMin: 0, xMax: w.end };
+  const vmax = Math.max(0.1, ...w.viol.filter(Number.isFinite), ...(o.targets ?? [])) * 1.05;
   const out: (HTMLDivElement | null)[] = [
-    h('div', { 'data-testid': 'chart-throughput' }, h('h3', null, `Throughput${window}`), lineChart([
-      { name: 'output tokens/s', color: '#e15759', x, y: rate(s.output_tokens) },
-      { name: 'prompt tokens/s', color: '#4e79a7', x, y: rate(s.prompt_tokens) },
-    ], { xLabel: 'time (s)', yLabel: 'tokens/s' })),
-    h('div', { 'data-testid': 'chart-violations' }, h('h3', null, `SLA violation rate${window}`), lineChart([
-      { name: 'violations / completions', color: '#b07aa1', x, y: viol },
-    ], { xLabel: 'time (s)', yLabel: 'violation rate', yMax: Math.max(0.1, ...viol) * 1.05,
-      yFormat: (v) => `${Math.round(v * 100)}%`, hlines: [{ y: 0.09, label: '9 %' }] })),
+    // Prompt tokens/s is often ten times output tokens/s: each gets its own scale.
+    h('div', { class: 'span2', 'data-testid': 'chart-throughput' }, h('h3', null, `Output tokens/s${window}`), lineChart([
+      { name: 'output tokens/s', color: '#e15759', x: w.x, y: w.output },
+    ], { ...axis, yLabel: 'output tokens/s', name: 'output tokens per second', height: 180 })),
+    h('div', { class: 'span2', 'data-testid': 'chart-prompt' }, h('h3', null, `Prompt tokens/s${window}`), lineChart([
+      { name: 'prompt tokens/s', color: '#4e79a7', x: w.x, y: w.prompt },
+    ], { ...axis, yLabel: 'prompt tokens/s', name: 'prompt tokens per second', height: 180 })),
+    h('div', { class: 'span2', 'data-testid': 'chart-violations' }, h('h3', null, `SLA violation rate${window}`), lineChart([
+      { name: 'violations / completions', color: '#b07aa1', x: w.x, y: w.viol },
+    ], { ...axis, yLabel: 'violation rate', yMax: vmax, name: 'violation rate over time',
+      yFormat: (v) => `${+(v * 100).toFixed(1)}%`, hlines: targetLines(o.targets) })),
     s.gpu_busy_ns?.length ? h('div', { class: 'span2', 'data-testid': 'chart-gpu-busy' }, h('h3', null, 'GPU busy over time'),
-      busyHeat(s.gpu_busy_ns, b)) : null,
+      busyHeat(s.gpu_busy_ns, s.bucket_s || 1, { xMax: w.end })) : null,
   ];
   return out.filter((x): x is HTMLDivElement => x !== null);
 }
@@ -73,7 +95,13 @@ function logHistogram(x: LatencyHistogram, name: string, color: string, perDecad
   }), { xLabel: `${name} (ms, ${perDecade} log bins per decade; green: p50/p90/p99 bins)`, yLabel: 'requests', every });
 }
 
-export function tenantTable(s: Summary): HTMLElement {
+/** 'over' above the loosest target, 'ok' under the strictest; uncoloured without targets. */
+export function targetClass(v: number, targets: number[] | null | undefined): string {
+  if (!targets?.length) return '';
+  return v > Math.max(...targets) ? 'over' : v <= Math.min(...targets) ? 'ok' : '';
+}
+
+export function tenantTable(s: Summary, targets?: number[] | null): HTMLElement {
   // Red where a percentile exceeds the target; a TTFT target that grows with the prompt
   // has no single value to hold a percentile to, so those stay uncoloured.
   const over = (v: number, target: number, fixed = true) =>
@@ -83,7 +111,7 @@ export function tenantTable(s: Summary): HTMLElement {
     s.tenants.map((t, i) => [
       h('span', { class: 'swatch-name' }, h('i', { class: 'swatch', style: { background: tenantColor(i) } }), t.name),
       t.model, (t.gpus ?? []).join(', '), `${num(t.completed)} / ${num(t.requests)}`,
-      h('span', { class: t.violation_rate > 0.09 ? 'over' : 'ok' }, pct(t.violation_rate)),
+      h('span', { class: targetClass(t.violation_rate, targets) }, pct(t.violation_rate)),
       h('span', null, over(t.ttft_p50_ms, t.sla_ttft_ms, !t.sla_ttft_ms_per_1k), ' / ', over(t.ttft_p99_ms, t.sla_ttft_ms, !t.sla_ttft_ms_per_1k)),
       t.sla_ttft_ms_per_1k ? `${ms(t.sla_ttft_ms)} + ${ms(t.sla_ttft_ms_per_1k)}/1k prompt` : ms(t.sla_ttft_ms),
       h('span', null, over(t.tpot_p50_ms, t.sla_tpot_ms), ' / ', over(t.tpot_p99_ms, t.sla_tpot_ms)),

@@ -3,8 +3,9 @@ import { clear, h } from '../dom';
 import { ms, num, pct, tokPerS, when, shortId } from '../format';
 import { go } from '../router';
 import type { Run, RunLatency, Series, Summary } from '../types';
-import { badge, card, errorBox, progressBar, section } from '../ui';
-import { distributions, gpuPanel, seriesCharts, tenantTable } from './run-parts';
+import { badge, card, errorBox, loading, progressBar, section } from '../ui';
+import { distributions, gpuPanel, seriesCharts, targetClass, tenantTable } from './run-parts';
+import { exportPanel } from './export';
 import { requestsTable, schedulingPanel } from './requests';
 import type { Page } from './page';
 
@@ -49,40 +50,45 @@ function header(run: Run): HTMLElement {
       h('div', { class: 'meta' }, badge(run.status), ' created ', when(run.created_at),
         run.finished_at ? ` · finished ${when(run.finished_at)}` : '',
         s ? ` · simulated ${num(s.duration_s)} s, ${num(s.requests)} requests` : '')),
-    run.status === 'queued' || run.status === 'running' ? progressBar(run.progress, run.status) : null,
+    run.status === 'queued' || run.status === 'running' ? progressBar(run.progress, run.status, run.kind) : null,
     run.status === 'succeeded' && run.kind === 'replay'
       ? h('a', { class: 'btn btn-primary', href: `#/runs/${run.id}/timeline` }, 'Open timeline') : null);
 }
 
 async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
   const dur = s.duration_s || 1;
+  // Violation targets are the run's own (a sweep's); a replay without any is not judged.
+  const targets = run.violation_targets ?? null;
   const metOk = s.completed * (1 - s.violation_rate);
   body.append(h('div', { class: 'cards', 'data-testid': 'summary-cards' },
     card('Output throughput', tokPerS(s.output_tokens_per_s), 'generated tokens', '', s.output_tokens_per_s),
     card('Prompt throughput', tokPerS(s.prompt_tokens_per_s), 'prefilled tokens', '', s.prompt_tokens_per_s),
-    card('Goodput', `${num(metOk / dur)} req/s`, `${num(Math.round(metOk))} of ${num(s.requests)} requests within SLA`),
-    card('SLA violation rate', pct(s.violation_rate), 'TTFT or mean TPOT over target', s.violation_rate > 0.09 ? 'bad' : 'good', s.violation_rate),
+    card('Goodput', `${num(metOk / dur)} req/s`, `requests within SLA per second: ${num(Math.round(metOk))} of ${num(s.requests)}`),
+    card('SLA violation rate', pct(s.violation_rate), targets?.length
+      ? `TTFT or mean TPOT over target; run’s targets ${targets.map((t) => pct(t, 0)).join(', ')}`
+      : 'TTFT or mean TPOT over target', { over: 'bad', ok: 'good', '': '' }[targetClass(s.violation_rate, targets)], s.violation_rate),
     card('TTFT p50 / p99', `${ms(s.ttft_p50_ms)} / ${ms(s.ttft_p99_ms)}`),
     card('TPOT p50 / p99', `${ms(s.tpot_p50_ms)} / ${ms(s.tpot_p99_ms)}`),
     card('OOM events', String(s.oom_events), s.oom_events === 0 ? 'memory safety held' : 'must never happen', s.oom_events === 0 ? 'good' : 'bad', s.oom_events),
     card('GPU busy', pct(s.gpu_busy_fraction, 1), s.scheduling ? `${num(s.scheduling.borrowed_ops)} ops borrowed idle slices` : undefined)));
 
-  const seriesBox = h('div', { class: 'grid2' });
-  const distBox = h('div', { class: 'grid2' });
+  const seriesBox = h('div', { class: 'grid2' }, loading('Loading the time series…'));
+  const distBox = h('div', { class: 'grid2' }, loading('Loading the latency histograms…'));
   body.append(
     section('Over time', seriesBox),
     section('Latency distributions', distBox),
-    section('Tenants against their SLA', tenantTable(s)),
+    section('Tenants against their SLA', tenantTable(s, targets)),
     section('GPUs: busy fraction and idle gaps', gpuPanel(s)),
     section('Requests', requestsTable(run, s)),
-    section('Scheduling', schedulingPanel(run, s)));
+    section('Scheduling', schedulingPanel(run, s)),
+    section('Export', exportPanel(run)));
 
   // The two slower fetches fill their panels as they arrive; a failure stays local.
   void api<Series>(`/runs/${run.id}/series`)
-    .then((series) => seriesBox.append(...seriesCharts(series)))
-    .catch((e) => seriesBox.append(errorBox(e)));
+    .then((series) => seriesBox.replaceChildren(...seriesCharts(series, { targets })))
+    .catch((e) => seriesBox.replaceChildren(errorBox(e)));
   // Histograms of every request of the run, computed by the service in SQL.
   void api<RunLatency>(`/runs/${run.id}/latency`)
-    .then((l) => distBox.append(...distributions(l)))
-    .catch((e) => distBox.append(errorBox(e)));
+    .then((l) => distBox.replaceChildren(...distributions(l)))
+    .catch((e) => distBox.replaceChildren(errorBox(e)));
 }

@@ -1,14 +1,15 @@
 import { api, ApiError, qs, newestOnly } from '../api';
 import { clear, h } from '../dom';
 import { pct, shortId, tokPerS, wall, when } from '../format';
+import { zone, zoneLabel } from '../prefs';
 import { replaceQuery } from '../router';
 import { can } from '../session';
 import type { Page as ApiPage, Run, Summary } from '../types';
-import { badge, empty, errorBox, link, progressBar } from '../ui';
+import { badge, empty, errorBox, link, loading, progressBar } from '../ui';
 import { newRunForm } from './new-run';
 import type { Page } from './page';
-
-export const POLICIES = ['dedicated', 'timeslice', 'mps', 'pooled', 'slice'];
+import { allPolicyNames } from './policies';
+import { selectionBar, selectBox } from './selection';
 const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'interrupted'];
 const LIVE_MS = 2000;
 
@@ -29,19 +30,32 @@ export const runsPage: Page = (main, ctx) => {
   const dateInput = (name: 'since' | 'until', label: string) =>
     h('label', null, label, h('input', { type: 'date', name, value: f[name].slice(0, 10),
       onchange: (e: Event) => set(name, (e.target as HTMLInputElement).value) }));
-  const scenarioInput = h('input', { name: 'scenario', value: f.scenario, placeholder: 'e.g. azure-code-4t',
-    onchange: (e: Event) => set('scenario', (e.target as HTMLInputElement).value.trim()) });
+  // Part of a name is enough (the API matches case-insensitively); typing filters as it goes.
+  let typing = 0;
+  ctx.onLeave(() => clearTimeout(typing));
+  const scenarioInput = h('input', { name: 'scenario', value: f.scenario, placeholder: 'part of a name, e.g. azure',
+    type: 'search', oninput: (e: Event) => {
+      clearTimeout(typing);
+      const v = (e.target as HTMLInputElement).value.trim();
+      typing = window.setTimeout(() => { if (v !== f.scenario) set('scenario', v); }, 300);
+    } });
+  const policySelect = select('policy', 'Policy', f.policy ? [f.policy] : []);
+  void allPolicyNames().then((names) => {
+    const sel = policySelect.querySelector('select')!;
+    for (const n of names) if (n !== f.policy) sel.append(h('option', { value: n }, n));
+  }).catch(() => undefined);
 
-  const body = h('div', { class: 'runs-body' });
+  const body = h('div', { class: 'runs-body' }, loading('Loading runs…'));
+  const bar = selectionBar();
   const pager = h('div', { class: 'pager' });
   main.append(
     h('div', { class: 'page-head' }, h('h1', null, 'Runs'),
       can('runs.start') ? newRunForm(() => load()) : null),
     h('form', { class: 'filters', 'aria-label': 'Filters', onsubmit: (e: Event) => e.preventDefault() },
-      select('kind', 'Kind', ['replay', 'sweep']), select('policy', 'Policy', POLICIES),
+      select('kind', 'Kind', ['replay', 'sweep']), policySelect,
       h('label', null, 'Scenario', scenarioInput),
-      select('status', 'Status', STATUSES), dateInput('since', 'From'), dateInput('until', 'To')),
-    body, pager);
+      select('status', 'Status', STATUSES), dateInput('since', `From (${zoneLabel()})`), dateInput('until', `To (${zoneLabel()})`)),
+    bar.el, body, pager);
 
   function set(k: keyof typeof f, v: string): void {
     f[k] = v;
@@ -55,14 +69,16 @@ export const runsPage: Page = (main, ctx) => {
   const begin = newestOnly();
   async function load(): Promise<void> {
     clearTimeout(timer);
+    const utc = zone() === 'utc';
     const stale = begin();
     const cursor = cursors[cursors.length - 1];
     let page: ApiPage<Run>;
     try {
       page = await api<ApiPage<Run>>(`/runs${qs({
         kind: f.kind, policy: f.policy, scenario: f.scenario, status: f.status, limit: 25, cursor,
-        since: f.since ? new Date(`${f.since}T00:00:00Z`).toISOString() : '',
-        until: f.until ? new Date(`${f.until}T23:59:59Z`).toISOString() : '',
+        // Days in the zone the user reads times in.
+        since: f.since ? new Date(`${f.since}T00:00:00${utc ? 'Z' : ''}`).toISOString() : '',
+        until: f.until ? new Date(`${f.until}T23:59:59.999${utc ? 'Z' : ''}`).toISOString() : '',
       })}`);
     } catch (e) {
       if (stale()) return;
@@ -79,7 +95,7 @@ export const runsPage: Page = (main, ctx) => {
         ? 'No run matches these filters. Clear a filter to see more.'
         : can('runs.start') ? 'Start a replay or a sweep with “New run”.' : 'An admin has not started any run yet.'));
     } else {
-      body.append(runsTable(page.items, () => void load()));
+      body.append(h('div', { class: 'table-scroll' }, runsTable(page.items, () => void load(), bar.changed)));
     }
     clear(pager);
     pager.append(
@@ -116,20 +132,21 @@ function cancelButton(r: Run, reload: () => void): HTMLElement {
   } }, 'Cancel');
 }
 
-function runsTable(runs: Run[], reload: () => void): HTMLElement {
+function runsTable(runs: Run[], reload: () => void, changed: () => void): HTMLElement {
   return h('table', { class: 'tbl runs', 'data-testid': 'runs-table' },
-    h('thead', null, h('tr', null, ['Run', 'Kind', 'Scenario', 'Policies', 'Status', 'Progress', 'Created', 'Took',
+    h('thead', null, h('tr', null, ['Select', 'Run', 'Kind', 'Scenario', 'Policies', 'Status', 'Progress', 'Created', 'Took',
       'Violations', 'Output', ''].map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', null, runs.map((r) => {
       const s = r.kind === 'replay' ? (r.summary as Summary | null) : null;
       const took = r.started_at && r.finished_at ? wall(Date.parse(r.finished_at) - Date.parse(r.started_at)) : '–';
-      return h('tr', { 'data-run': r.id, class: `row-${r.status}` },
+      return h('tr', { 'data-run': r.id, 'data-kind': r.kind, class: `row-${r.status}` },
+        h('td', null, selectBox(r, changed)),
         h('td', null, link(`#/runs/${r.id}`, shortId(r.id))),
         h('td', null, r.kind),
         h('td', null, r.scenario),
         h('td', null, (r.policies ?? []).join(', ')),
         h('td', null, badge(r.status), r.error ? h('div', { class: 'cell-error', title: r.error }, r.error) : null),
-        h('td', null, progressBar(r.progress, r.status)),
+        h('td', null, progressBar(r.progress, r.status, r.kind)),
         h('td', null, when(r.created_at)),
         h('td', null, took),
         h('td', { class: 'num' }, s ? pct(s.violation_rate) : '–'),

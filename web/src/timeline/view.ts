@@ -4,7 +4,7 @@
 import { h } from '../dom';
 import { dur } from '../format';
 import { tenantColor } from '../palette';
-import type { WindowData } from './data';
+import { lowerBound, type WindowData } from './data';
 import { draw, GUTTER, hitOp, layout, type Layout, type Track, type View } from './render';
 
 export interface Source {
@@ -56,9 +56,9 @@ export class TimelineView {
     this.tracks = sources.map((s) => ({ label: s.label, tenants: s.tenants, gpus: s.gpus, data: null, loading: true, error: null }));
     this.aborts = sources.map(() => null);
     this.canvas = h('canvas', { tabindex: 0, class: 'timeline-canvas', 'data-testid': 'timeline-canvas',
-      'aria-label': 'GPU timeline. Arrow keys pan, plus and minus zoom, 0 resets, wheel zooms, drag pans.' });
+      'aria-label': 'GPU timeline. Arrow keys pan, plus and minus zoom, 0 resets; ] and [ step through operators, Page Down and Page Up change GPU, Enter shows the operator, Escape hides it. Wheel zooms, drag pans, a tap shows an operator.' });
     this.ctx = this.canvas.getContext('2d', { alpha: false })!;
-    this.tip = h('div', { class: 'tooltip', role: 'tooltip', hidden: true });
+    this.tip = h('div', { class: 'tooltip', role: 'status', 'aria-live': 'polite', hidden: true });
     this.el = h('div', { class: 'timeline' }, this.canvas, this.tip);
     const self = this;
     this.perf = {
@@ -187,9 +187,9 @@ export class TimelineView {
         this.zoom(Math.exp(e.deltaY * 0.0015), e.clientX - r.left);
       }
     }, { passive: false });
-    let drag: { x: number; v: View } | null = null;
+    let drag: { x: number; y: number; v: View } | null = null;
     c.addEventListener('pointerdown', (e) => {
-      drag = { x: e.clientX, v: { ...this.view } };
+      drag = { x: e.clientX, y: e.clientY, v: { ...this.view } };
       c.setPointerCapture(e.pointerId);
       c.classList.add('dragging');
     });
@@ -198,24 +198,82 @@ export class TimelineView {
         const dt = ((e.clientX - drag.x) / (this.width - GUTTER)) * (drag.v.to - drag.v.from);
         this.setView({ from: drag.v.from - dt, to: drag.v.to - dt });
         this.tip.hidden = true;
-      } else {
+      } else if (e.pointerType === 'mouse') {
+        this.pinned = false;
         this.hover(e);
       }
     });
     const end = () => { drag = null; c.classList.remove('dragging'); };
-    c.addEventListener('pointerup', end);
+    // A tap (or click) that did not drag pins the op's details: touch has no hover.
+    c.addEventListener('pointerup', (e) => {
+      const tap = drag && Math.hypot(e.clientX - drag.x, e.clientY - drag.y) < 6;
+      end();
+      if (tap) { this.hover(e); this.pinned = !this.tip.hidden; }
+    });
     c.addEventListener('pointercancel', end);
-    c.addEventListener('pointerleave', () => { this.tip.hidden = true; });
+    c.addEventListener('pointerleave', () => { if (!this.pinned) this.tip.hidden = true; });
     c.addEventListener('dblclick', (e) => this.zoom(0.5, e.clientX - c.getBoundingClientRect().left));
     c.addEventListener('keydown', (e) => {
       const keys: Record<string, () => void> = {
         ArrowLeft: () => this.pan(-0.1), ArrowRight: () => this.pan(0.1),
         '+': () => this.zoom(0.7), '=': () => this.zoom(0.7), '-': () => this.zoom(1 / 0.7),
         ArrowUp: () => this.zoom(0.7), ArrowDown: () => this.zoom(1 / 0.7), '0': () => this.reset(), Home: () => this.reset(),
+        // Op details without a pointer: ] and [ step through a GPU's ops, PageDown and
+        // PageUp change GPU, Enter shows the selected op, Escape hides it.
+        ']': () => this.stepOp(1), '[': () => this.stepOp(-1), Enter: () => this.stepOp(0), ' ': () => this.stepOp(0),
+        PageDown: () => this.stepRow(1), PageUp: () => this.stepRow(-1),
+        Escape: () => { this.tip.hidden = true; this.pinned = false; },
       };
       const f = keys[e.key];
       if (f) { e.preventDefault(); f(); }
     });
+  }
+
+  /** The op chosen from the keyboard: a row (track, row index) and an op index in it. */
+  private cursor: { track: number; row: number; op: number } | null = null;
+  private pinned = false;
+
+  private stepRow(d: number): void {
+    const rows = this.lay.tracks.flatMap((t, ti) => t.rows.map((_, ri) => [ti, ri] as const));
+    if (!rows.length) return;
+    const at = this.cursor ? rows.findIndex(([t, r]) => t === this.cursor!.track && r === this.cursor!.row) : -1;
+    const [track, row] = rows[Math.max(0, Math.min(rows.length - 1, at + d))];
+    this.cursor = { track, row, op: -1 };
+    this.stepOp(0);
+  }
+
+  private stepOp(d: number): void {
+    if (!this.cursor) { this.cursor = { track: 0, row: 0, op: -1 }; }
+    const c = this.cursor;
+    const t = this.tracks[c.track], row = this.lay.tracks[c.track]?.rows[c.row];
+    if (!t || !row) return;
+    const data = t.data;
+    const at = (x: number, content: HTMLElement) => { this.showTip(x, row.y + this.lay.rowH, content); this.pinned = true; };
+    if (data?.mode !== 'ops') {
+      at(GUTTER + 8, h('div', null, h('b', null, `${t.label}, GPU ${row.gpu}`),
+        h('div', null, data?.mode === 'buckets' ? 'Aggregated view: zoom in (+) to step through single operators.' : 'Loading…')));
+      return;
+    }
+    const lo = data.rowOff[row.gpu] ?? 0, hi = data.rowOff[row.gpu + 1] ?? lo;
+    if (row.gpu >= data.gpuCount || hi <= lo) {
+      at(GUTTER + 8, h('div', null, h('b', null, `GPU ${row.gpu}`), h('div', null, 'No recorded operator in this window.')));
+      return;
+    }
+    const v = this.view;
+    let i = c.op;
+    if (i < lo || i >= hi) {
+      // Start at the op nearest the middle of the view.
+      const mid = (v.from + v.to) / 2;
+      i = Math.min(hi - 1, Math.max(lo, lowerBound(data.start, mid, lo, hi)));
+    } else {
+      i = Math.min(hi - 1, Math.max(lo, i + d));
+    }
+    c.op = i;
+    // Keep the op in view: pan to it when it is outside.
+    const span = v.to - v.from;
+    if (data.start[i] < v.from || data.end[i] > v.to) this.setView({ from: data.start[i] - span / 2, to: data.start[i] + span / 2 });
+    const k = (this.width - GUTTER) / (this.view.to - this.view.from);
+    at(GUTTER + (data.start[i] - this.view.from) * k, opTip(t, data, i, row.gpu));
   }
 
   private hover(e: PointerEvent): void {
