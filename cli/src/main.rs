@@ -8,6 +8,7 @@ mod plugin_bench;
 mod policies;
 mod profile;
 mod replay;
+mod run;
 mod serve;
 mod sweep;
 
@@ -38,6 +39,8 @@ enum Command {
     Sweep(sweep::Args),
     /// Serve the control plane: REST API, web UI and background runs over Postgres.
     Serve(serve::Args),
+    /// Run a scenario like replay, every op executed for real on the executor (CPU backend).
+    Run(run::Args),
     /// Measure every op of a model on this machine (CPU backend) in Vidur's layout.
     Profile(profile::Args),
     /// Policy plugins: build, validate, measure.
@@ -58,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a),
         Command::Plugin { command } => plugin::run(command),
         Command::Profile(a) => profile::run(a),
+        Command::Run(a) => run::run(a),
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {

@@ -53,3 +53,43 @@ fn profile_refuses_bad_devices_and_models_that_do_not_fit() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn run_executes_a_scenario_and_writes_replays_files_plus_the_executor() {
+    let out = tmp("run");
+    let o = bin()
+        .args([
+            "run",
+            "--scenario",
+            "scenarios/tiny-2t.toml",
+            "--policy",
+            "native:slice",
+            "--executor",
+            "cpu",
+            "--quiet",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in ["summary.json", "requests.csv", "ops.csv", "throughput.svg"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["oom_events"], 0);
+    assert_eq!(s["requests"], s["completed"].as_u64().unwrap() + s["dropped"].as_array().map_or(0, |d| d.len() as u64));
+    let e = &s["executor"];
+    assert_eq!(e["backend"], "cpu");
+    assert!(e["ops"].as_u64().unwrap() > 1000 && e["errors"].as_array().unwrap().is_empty(), "{e}");
+    assert_eq!(e["devices"].as_array().unwrap().len(), 2);
+    let ops = std::fs::read_to_string(out.join("ops.csv")).unwrap();
+    assert!(ops.starts_with("serial,tenant,op,") && ops.lines().count() > 1000);
+    let o = bin()
+        .args(["run", "--scenario", "scenarios/tiny-2t.toml", "--executor", "cuda", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("CUDA backend is not part of this build"), "{err}");
+}

@@ -18,6 +18,7 @@
 pub mod backend;
 pub mod checkpoint;
 pub mod cpu;
+pub mod drive;
 pub mod kernels;
 pub mod model;
 pub mod profile;

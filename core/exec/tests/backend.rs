@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use half::bf16;
 use slicesched_exec::kernels::Kernel;
 use slicesched_exec::*;
 

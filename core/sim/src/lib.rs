@@ -11,6 +11,7 @@
 //! measured by callers and reported under `timing`.
 
 mod devices;
+mod exec;
 mod kvpool;
 mod metrics;
 mod place;
@@ -21,11 +22,12 @@ mod replay;
 mod scenario;
 mod summary;
 
+pub use exec::{ExecOp, OpExecutor};
 pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,
 };
 pub use planner::{plan, PlannerSpec, ReplicaMode};
 pub use record::{DecisionRecord, OpRecord, OpWindow};
-pub use replay::{replay, Progress, ReplayOptions, ReplayResult};
+pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};
 pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};

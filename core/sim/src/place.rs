@@ -419,7 +419,9 @@ impl Sim<'_> {
         if group == self.insts[it.inst as usize].group {
             return node.predicted_ns;
         }
-        self.cost.op_ns(&self.group_ctx[group.index()], it.dag.op(node.index).spec).max(1)
+        let spec = it.dag.op(node.index).spec;
+        let ns = self.cost.op_ns(&self.group_ctx[group.index()], spec).max(1);
+        self.exec.as_deref().map_or(ns, |x| ((ns as f64 * x.correction(spec)) as u64).max(1))
     }
 
     fn commit(&mut self, r: &ReadyOp, group: GroupId, priority: i32, c: Costs) {
@@ -523,7 +525,24 @@ impl Sim<'_> {
     }
 
     fn start_op(&mut self, q: usize, op: OpId, dur: u64) {
-        let dur = self.effective_duration(q, op, dur);
+        let mut dur = self.effective_duration(q, op, dur);
+        if let Some(x) = self.exec.take() {
+            let node = self.gmg.op(op);
+            let it = self.iter_of(op);
+            let e = crate::ExecOp {
+                serial: it.serial,
+                tenant: node.tenant,
+                instance: it.inst,
+                batch: self.insts[it.inst as usize].engine.batch(it.batch),
+                dag: &it.dag,
+                index: node.index,
+                group: node.group.expect("a starting op is placed"),
+                priority: self.stats.op_prio.get(op.raw() as usize).copied().unwrap_or(0),
+                predicted_ns: dur,
+            };
+            dur = x.run_op(&e).max(1);
+            self.exec = Some(x);
+        }
         if self.opts.check_dependencies {
             let late = self.gmg.inputs(op).any(|p| {
                 let n = self.gmg.op(p);

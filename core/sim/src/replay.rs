@@ -167,6 +167,8 @@ pub(crate) struct Sim<'a> {
     pub kv_pools: Vec<crate::kvpool::GpuPool>,
     /// Per instance, its part in those pools.
     pub kv_shares: Vec<crate::kvpool::KvShare>,
+    /// Runs the ops for real (`slicesched run`); None in a replay.
+    pub exec: Option<&'a mut dyn crate::OpExecutor>,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -176,6 +178,18 @@ pub fn replay(
     policy: &mut dyn Policy,
     cost: &CostModel,
     opts: ReplayOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> ReplayResult {
+    replay_with(scn, policy, cost, opts, None, progress)
+}
+
+/// [`replay`] with an executor that runs every op and gives its measured duration.
+pub fn replay_with<'a>(
+    scn: &'a Scenario,
+    policy: &'a mut dyn Policy,
+    cost: &'a CostModel,
+    opts: ReplayOptions,
+    exec: Option<&'a mut dyn crate::OpExecutor>,
     progress: &mut dyn FnMut(&Progress),
 ) -> ReplayResult {
     let dev = Devices::new(&scn.cluster, &scn.deployment, policy.spatial_sharing());
@@ -274,6 +288,7 @@ pub fn replay(
         cancelled: false,
         kv_pools: Vec::new(),
         kv_shares: Vec::new(),
+        exec,
     };
     sim.load_memory();
     sim.init_kv_pools();
@@ -461,7 +476,11 @@ impl Sim<'_> {
         let ctx = &self.group_ctx[rt.group.index()];
         let mut pred: [Vec<u64>; 3] = Default::default();
         for (seg, ops) in [&dag.head, &dag.layer, &dag.tail].into_iter().enumerate() {
-            pred[seg].extend(ops.iter().map(|o| self.cost.op_ns(ctx, o).max(1)));
+            let exec = self.exec.as_deref();
+            pred[seg].extend(ops.iter().map(|o| {
+                let ns = self.cost.op_ns(ctx, o).max(1);
+                exec.map_or(ns, |x| ((ns as f64 * x.correction(o)) as u64).max(1))
+            }));
         }
         let (h, l) = (dag.head.len() as u32, dag.layer.len() as u32);
         let body = l * dag.layers;
@@ -530,6 +549,9 @@ impl Sim<'_> {
 
     fn complete_iteration(&mut self, iter: IterId) {
         let it = self.iters[iter.index()].take().expect("iteration in flight");
+        if let Some(x) = self.exec.as_mut() {
+            x.iteration_done(it.serial);
+        }
         let inst = it.inst as usize;
         let rt = &mut self.insts[inst];
         rt.inflight -= 1;

@@ -37,7 +37,7 @@ pub struct OpTiming {
     pub launches: u32,
 }
 
-struct OpRec {
+pub(super) struct OpRec {
     index: u32,
     kind: OpKind,
     layer: Option<u32>,
@@ -69,7 +69,7 @@ pub struct IterOutput {
 
 /// One rank's copy of a tensor: where it is and the event that completes it.
 #[derive(Clone)]
-struct Loc {
+pub(super) struct Loc {
     view: View,
     dtype: Dtype,
     device: DeviceId,
@@ -77,7 +77,7 @@ struct Loc {
 }
 
 /// Offsets of the per-iteration i32 metadata, uploaded once to each device that reads it.
-struct Meta {
+pub(super) struct Meta {
     host: Vec<i32>,
     parts: [(usize, usize); 7],
     on: HashMap<DeviceId, View>,
@@ -94,10 +94,10 @@ enum Part {
     Sampled,
 }
 
-struct Build<'a> {
-    b: &'a dyn Backend,
-    bufs: Vec<BufId>,
-    meta: Meta,
+pub(super) struct Build<'a> {
+    pub b: &'a dyn Backend,
+    pub bufs: Vec<BufId>,
+    pub meta: Meta,
 }
 
 impl Build<'_> {
@@ -170,39 +170,12 @@ impl Runner<'_> {
         let mut first_err = None;
         let mut ops = Vec::with_capacity(p.ops.len());
         for r in &p.ops {
-            let mut t = OpTiming {
-                index: r.index,
-                kind: r.kind,
-                layer: r.layer,
-                group: r.group,
-                submit_ns: u64::MAX,
-                start_ns: u64::MAX,
-                end_ns: 0,
-                kernel_ns: 0,
-                copy_bytes: 0,
-                copy_ns: 0,
-                launches: r.kernels.len() as u32,
-            };
-            for e in &r.kernels {
-                match e.wait() {
-                    Ok(k) => {
-                        t.submit_ns = t.submit_ns.min(k.submit_ns);
-                        t.start_ns = t.start_ns.min(k.start_ns);
-                        t.end_ns = t.end_ns.max(k.end_ns);
-                        t.kernel_ns += k.duration_ns();
-                    }
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
+            match timing(r) {
+                Ok(t) => ops.push(t),
+                Err(e) => {
+                    first_err.get_or_insert(e);
                 }
             }
-            for (e, bytes) in &r.copies {
-                if let Ok(k) = e.wait() {
-                    t.copy_ns += k.duration_ns();
-                    t.copy_bytes += bytes;
-                }
-            }
-            ops.push(t);
         }
         let tok = p.tokens.1.wait();
         let out = (|| {
@@ -246,8 +219,46 @@ impl Runner<'_> {
     }
 }
 
+/// Waits for an op's launches and sums them up.
+pub(super) fn timing(r: &OpRec) -> Result<OpTiming, ExecError> {
+    let mut t = OpTiming {
+        index: r.index,
+        kind: r.kind,
+        layer: r.layer,
+        group: r.group,
+        submit_ns: u64::MAX,
+        start_ns: u64::MAX,
+        end_ns: 0,
+        kernel_ns: 0,
+        copy_bytes: 0,
+        copy_ns: 0,
+        launches: r.kernels.len() as u32,
+    };
+    let mut err = None;
+    for e in &r.kernels {
+        match e.wait() {
+            Ok(k) => {
+                t.submit_ns = t.submit_ns.min(k.submit_ns);
+                t.start_ns = t.start_ns.min(k.start_ns);
+                t.end_ns = t.end_ns.max(k.end_ns);
+                t.kernel_ns += k.duration_ns();
+            }
+            Err(e) => {
+                err.get_or_insert(e);
+            }
+        }
+    }
+    for (e, bytes) in &r.copies {
+        if let Ok(k) = e.wait() {
+            t.copy_ns += k.duration_ns();
+            t.copy_bytes += bytes;
+        }
+    }
+    err.map_or(Ok(t), Err)
+}
+
 /// The DAG's batch and the i32 metadata (ids, positions, KV slots, block tables).
-fn prepare(t: &mut Tenant, batch: &ExecBatch) -> Result<(IterationBatch, Meta), ExecError> {
+pub(super) fn prepare(t: &mut Tenant, batch: &ExecBatch) -> Result<(IterationBatch, Meta), ExecError> {
     let mut ib = IterationBatch::default();
     let (mut ids, mut pos, mut slots, mut q_start, mut ctx, mut sampled) =
         (Vec::new(), Vec::new(), Vec::new(), vec![0i32], Vec::new(), Vec::new());
@@ -318,7 +329,13 @@ fn layer_of(seg: Segment) -> Option<usize> {
 
 fn check_locality(t: &Tenant, dag: &IterationDag, places: &[OpPlace]) -> Result<(), ExecError> {
     for op in dag.ops() {
-        let p = places[op.index as usize];
+        check_op(t, &op, places[op.index as usize])?;
+    }
+    Ok(())
+}
+
+fn check_op(t: &Tenant, op: &slicesched_model::OpRef, p: OpPlace) -> Result<(), ExecError> {
+    {
         let g = t
             .groups
             .get(p.group)
@@ -356,7 +373,6 @@ fn check_locality(t: &Tenant, dag: &IterationDag, places: &[OpPlace]) -> Result<
 
 type Launched = (Vec<OpRec>, (View, Event), (View, usize, usize, usize));
 
-#[allow(clippy::needless_range_loop)] // ranks index the group and every input alike
 fn launch_all(
     t: &Tenant,
     dag: &IterationDag,
@@ -365,14 +381,36 @@ fn launch_all(
     tokens: usize,
     sampled: usize,
 ) -> Result<Launched, ExecError> {
+    let mut acts: Vec<Option<Vec<Loc>>> = vec![None; dag.len() as usize];
+    let mut recs = Vec::with_capacity(dag.len() as usize);
+    let mut result = None;
+    for i in 0..dag.len() {
+        recs.push(launch_one(t, dag, i, places[i as usize], &mut acts, bld, (tokens, sampled), &mut result)?);
+    }
+    let (tok, logits) = result.ok_or_else(|| ExecError::Launch("the DAG has no LM head".into()))?;
+    Ok((recs, tok, logits))
+}
+
+pub(super) type Sampling = Option<((View, Event), (View, usize, usize, usize))>;
+
+/// Launches op `i` (its producers launched before) on `p`'s group.
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)] // ranks index the group and every input alike
+pub(super) fn launch_one(
+    t: &Tenant,
+    dag: &IterationDag,
+    i: u32,
+    p: OpPlace,
+    acts: &mut [Option<Vec<Loc>>],
+    bld: &mut Build,
+    (tokens, sampled): (usize, usize),
+    result: &mut Sampling,
+) -> Result<OpRec, ExecError> {
     let b = bld.b;
     let (h, tp) = (t.model.hidden(), t.tp);
     let eps = t.model.numerics.rms_norm_eps as f32;
-    let mut acts: Vec<Vec<Loc>> = Vec::with_capacity(dag.len() as usize);
-    let mut recs = Vec::with_capacity(dag.len() as usize);
-    let mut result = None;
-    for op in dag.ops() {
-        let p = places[op.index as usize];
+    {
+        let op = dag.op(i);
+        check_op(t, &op, p)?;
         let g = &t.groups[p.group];
         let layer = layer_of(op.segment);
         let mut rec = OpRec {
@@ -389,7 +427,7 @@ fn launch_all(
         if kind.is_collective() {
             // Every rank gathers every rank's part (copies), then reduces or concatenates
             // locally in rank order, so all ranks end with identical bits.
-            let src = &acts[preds[0] as usize];
+            let src = act(acts, preds[0])?;
             let targets: Vec<usize> = if kind == OpKind::AllGather { vec![0] } else { (0..tp).collect() };
             for r in targets {
                 let dev = g.ranks[r].device;
@@ -423,7 +461,7 @@ fn launch_all(
                         &evs,
                     )?;
                     rec.kernels.push(ev.clone());
-                    result = Some(((ids, ev.clone()), (out, tp, sampled, n / sampled.max(1))));
+                    *result = Some(((ids, ev.clone()), (out, tp, sampled, n / sampled.max(1))));
                     outs.push(Loc { view: out, dtype: Dtype::F32, device: dev, ready: ev });
                 }
             }
@@ -436,7 +474,7 @@ fn launch_all(
                 let mut ins = Vec::new();
                 let mut waits = Vec::new();
                 for &q in &preds {
-                    let src = &acts[q as usize][r];
+                    let src = &act(acts, q)?[r];
                     // Attention reads its q, k, v from the rotated copy; the raw qkv edge
                     // is only an ordering.
                     if kind == OpKind::Attention && dag.op(q).spec.kind == OpKind::QkvProj {
@@ -469,17 +507,21 @@ fn launch_all(
                         std::slice::from_ref(&ev),
                     )?;
                     rec.kernels.push(aev.clone());
-                    result = Some(((ids, aev), (out, 1, sampled, n)));
+                    *result = Some(((ids, aev), (out, 1, sampled, n)));
                 }
                 let dtype = if kind == OpKind::LmHead { Dtype::F32 } else { Dtype::Bf16 };
                 outs.push(Loc { view: out, dtype, device: dev, ready: ev });
             }
         }
-        acts.push(outs);
-        recs.push(rec);
+        acts[i as usize] = Some(outs);
+        Ok(rec)
     }
-    let (tok, logits) = result.ok_or_else(|| ExecError::Launch("the DAG has no LM head".into()))?;
-    Ok((recs, tok, logits))
+}
+
+fn act(acts: &[Option<Vec<Loc>>], i: u32) -> Result<&Vec<Loc>, ExecError> {
+    acts.get(i as usize)
+        .and_then(|a| a.as_ref())
+        .ok_or_else(|| ExecError::Placement(format!("op {i}'s output is needed before the op ran")))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -3,9 +3,11 @@
 
 mod iter;
 mod load;
+mod step;
 
 pub use iter::{IterOutput, OpPlace, OpTiming, Pending};
 pub use load::{shard, LayerRange, Shard};
+pub use step::Stepper;
 
 use crate::backend::{Arena, Backend, BufId, DeviceId, Dtype, View};
 use crate::kernels::{Heads, BLOCK_TOKENS};

@@ -1,0 +1,210 @@
+//! `slicesched run`: the replay loop (engines, GMG, policy, core checks, memory ledger)
+//! with every op executed for real on the executor's backend; the simulator's clock
+//! advances by the measured op times. Writes replay's files plus `ops.csv` (per-op
+//! predicted and actual) and an `executor` section in `summary.json`; with
+//! `--compare-replay`, also `fidelity.json`: a pure replay under the same cost model
+//! set against what ran.
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use slicesched_cost::CostModel;
+use slicesched_exec::drive::{Driver, ExecRecord};
+use slicesched_exec::{CpuBackend, CpuDeviceSpec};
+use slicesched_sim::{ReplayOptions, ReplayResult, RequestRecord, Scenario};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenario TOML file.
+    #[arg(long)]
+    scenario: PathBuf,
+    /// Policy: a shipped name (its Wasm build when built), `native:NAME`, or a .wasm plugin.
+    #[arg(long, default_value = "dedicated")]
+    policy: String,
+    /// Executor backend (this build: cpu).
+    #[arg(long, default_value = "cpu")]
+    executor: String,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Fit the cost model on this profile folder (from `slicesched profile`) instead of
+    /// the built-in A100 profiles.
+    #[arg(long)]
+    cost_profile: Option<PathBuf>,
+    /// Keep the cost model's predictions as fitted (no online correction).
+    #[arg(long)]
+    no_correction: bool,
+    /// Also replay the scenario under the same cost model and compare (fidelity.json).
+    #[arg(long)]
+    compare_replay: bool,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn cost_model(scn: &Scenario, profile: Option<&Path>) -> Result<CostModel> {
+    match profile {
+        None => Ok(CostModel::default_a100().clone()),
+        Some(dir) => CostModel::fit_dir(dir, &scn.cluster.gpus[0].sku)
+            .with_context(|| format!("fitting the cost model on {}", dir.display())),
+    }
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn ttft_tpot(r: &RequestRecord) -> (Option<f64>, Option<f64>) {
+    let ttft = r.first_token_ns.map(|f| (f - r.arrival_ns) as f64);
+    let tpot = match (r.first_token_ns, r.finish_ns) {
+        (Some(f), Some(e)) if r.output_tokens > 1 => Some((e - f) as f64 / (r.output_tokens - 1) as f64),
+        _ => None,
+    };
+    (ttft, tpot)
+}
+
+/// Median and p90 of relative errors |pred − actual| / actual.
+fn errors(pairs: impl Iterator<Item = (f64, f64)>) -> serde_json::Value {
+    let mut e: Vec<f64> = pairs.filter(|(_, a)| *a > 0.0).map(|(p, a)| (p - a).abs() / a).collect();
+    let n = e.len();
+    serde_json::json!({"n": n, "median": quantile(&mut e, 0.5), "p90": quantile(&mut e, 0.9)})
+}
+
+fn fidelity(ran: &ReplayResult, sim: &ReplayResult, ops: &[ExecRecord]) -> serde_json::Value {
+    let mut per_op = serde_json::Map::new();
+    let mut kinds: Vec<_> = ops.iter().map(|o| o.kind).collect();
+    kinds.sort();
+    kinds.dedup();
+    for k in kinds {
+        let v = errors(ops.iter().filter(|o| o.kind == k).map(|o| (o.model_ns as f64, o.actual_ns as f64)));
+        per_op.insert(k.name().into(), v);
+    }
+    let pairs: Vec<_> = ran.records.iter().zip(&sim.records).map(|(a, s)| (ttft_tpot(a), ttft_tpot(s))).collect();
+    serde_json::json!({
+        "op": errors(ops.iter().map(|o| (o.model_ns as f64, o.actual_ns as f64))),
+        "op_by_kind": per_op,
+        "ttft": errors(pairs.iter().filter_map(|((a, _), (s, _))| Some(((*s)?, (*a)?)))),
+        "tpot": errors(pairs.iter().filter_map(|((_, a), (_, s))| Some(((*s)?, (*a)?)))),
+    })
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+fn ops_csv(ops: &[ExecRecord]) -> String {
+    let mut s =
+        String::from("serial,tenant,op,layer,group,tokens,model_us,predicted_us,actual_us,overhead_us,copy_bytes\n");
+    for o in ops {
+        s += &format!(
+            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{}\n",
+            o.serial,
+            o.tenant,
+            o.kind.name(),
+            o.layer.map(|l| l.to_string()).unwrap_or_default(),
+            o.group,
+            o.tokens,
+            o.model_ns as f64 / 1e3,
+            o.predicted_ns as f64 / 1e3,
+            o.actual_ns as f64 / 1e3,
+            o.overhead_ns as f64 / 1e3,
+            o.copy_bytes
+        );
+    }
+    s
+}
+
+pub fn run(a: Args) -> Result<()> {
+    match a.executor.as_str() {
+        "cpu" => {}
+        "cuda" => bail!("--executor cuda: the CUDA backend is not part of this build (use --executor cpu)"),
+        e => bail!("unknown executor `{e}` (known: cpu)"),
+    }
+    let scenario =
+        Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
+    let cost = cost_model(&scenario, a.cost_profile.as_deref())?;
+    let mut pol = crate::policies::by_name(&a.policy)?;
+    let planned = slicesched_sim::plan(&scenario, pol.replicas()).context("planning replicas")?;
+    let specs: Vec<CpuDeviceSpec> =
+        planned.cluster.gpus.iter().map(|g| CpuDeviceSpec { memory_bytes: g.sku.memory, cores: 1 }).collect();
+    let backend = CpuBackend::new(&specs);
+    let mut driver = Driver::new(&backend, &planned, a.seed).context("loading the tenants onto the executor")?;
+    driver.correct = !a.no_correction;
+    let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {msg}").expect("static template"),
+    );
+    let opts = ReplayOptions { progress_every: 2000, ..ReplayOptions::default() };
+    let started = std::time::Instant::now();
+    let mut result =
+        slicesched_sim::replay_with(&planned, pol.as_mut(), &cost, opts.clone(), Some(&mut driver), &mut |p| {
+            bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
+            bar.set_message(format!(
+                "{:.1} s run, {}/{} requests done",
+                p.sim_ns as f64 / 1e9,
+                p.completed,
+                p.requests
+            ));
+        });
+    bar.finish_and_clear();
+    let wall = started.elapsed().as_secs_f64();
+    result.summary.timing.sim_wall_s = wall;
+    result.summary.timing.op_events_per_s = result.summary.op_events as f64 / wall.max(1e-9);
+
+    let names: Vec<String> = planned.tenants.iter().map(|t| t.name.clone()).collect();
+    let mut files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;
+    let exec = driver.summary();
+    let summary_path = a.out.join("summary.json");
+    let mut summary: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary_path)?)?;
+    summary["executor"] = serde_json::to_value(&exec)?;
+    summary["clock"] = "measured: the simulator's clock advances by the executor's measured op times".into();
+    write_atomic(&summary_path, &serde_json::to_vec_pretty(&summary)?)?;
+    let ops_path = a.out.join("ops.csv");
+    write_atomic(&ops_path, ops_csv(&driver.records).as_bytes())?;
+    files.push(ops_path);
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", slicesched_report::summary_table(&result.summary))?;
+    writeln!(
+        out,
+        "executor: {} ops on {} devices, {:.2} s of kernels, {:.1} µs launch overhead per op, {:.1} MB copied; {:.1} s wall",
+        exec.ops,
+        exec.devices.len(),
+        exec.kernel_s,
+        exec.launch_overhead_us_mean,
+        exec.bytes_copied as f64 / 1e6,
+        wall
+    )?;
+    if a.compare_replay {
+        let mut pol = crate::policies::by_name(&a.policy)?;
+        let sim = slicesched_sim::replay(&planned, pol.as_mut(), &cost, opts, &mut |_| {});
+        let f = fidelity(&result, &sim, &driver.records);
+        let p = a.out.join("fidelity.json");
+        write_atomic(&p, &serde_json::to_vec_pretty(&f)?)?;
+        files.push(p);
+        let pct = |v: &serde_json::Value| format!("{:.1}%", v.as_f64().unwrap_or(f64::NAN) * 100.0);
+        writeln!(out, "fidelity (replay under the same cost model vs run): median / p90 relative error")?;
+        for k in ["op", "ttft", "tpot"] {
+            writeln!(out, "  {k:<5} {:>7} / {:>7}  (n = {})", pct(&f[k]["median"]), pct(&f[k]["p90"]), f[k]["n"])?;
+        }
+    }
+    for f in files {
+        writeln!(out, "wrote {}", f.display())?;
+    }
+    if !exec.errors.is_empty() {
+        bail!("the executor failed on {} ops, first: {}", exec.errors.len(), exec.errors[0]);
+    }
+    if result.summary.oom_events > 0 {
+        bail!("{} OOM events: the memory-safety invariant was broken", result.summary.oom_events);
+    }
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! The executor under the simulator's loop (`slicesched run`): each scenario GPU is a
+//! device of the backend; each engine instance a loaded tenant (its home, with the
+//! weight-only copies the planner placed); every op the simulator starts runs for real
+//! and its measured time becomes its duration. Actual times also correct the cost
+//! model's predictions online, per op kind and token-count octave, smoothed.
+
+use crate::model::{ExecModel, HostWeights};
+use crate::runner::{ExecBatch, LayerRange, OpPlace, Runner, SeqWork, Stepper};
+use crate::{Backend, DeviceId, ExecError};
+use serde::Serialize;
+use slicesched_gmg::GroupId;
+use slicesched_model::{OpKind, OpSpec};
+use slicesched_sim::{ExecOp, OpExecutor, Scenario};
+use std::collections::HashMap;
+
+/// Weight of the newest measurement in the smoothed correction.
+const ALPHA: f64 = 0.2;
+
+/// One op as it ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecRecord {
+    pub serial: u64,
+    pub tenant: u32,
+    pub kind: OpKind,
+    pub layer: Option<u32>,
+    pub group: u32,
+    pub tokens: u64,
+    /// The cost model's prediction as fitted (no online correction).
+    pub model_ns: u64,
+    /// What the simulator's what-if used (with the online correction).
+    pub predicted_ns: u64,
+    pub actual_ns: u64,
+    /// Launch to start, beyond waiting for inputs (host overhead of the executor).
+    pub overhead_ns: u64,
+    pub copy_bytes: u64,
+}
+
+/// What the executor did, for the report's `executor` section.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecSummary {
+    pub backend: &'static str,
+    pub devices: Vec<DeviceReport>,
+    pub ops: u64,
+    pub kernel_s: f64,
+    pub launches: u64,
+    pub launch_overhead_us_mean: f64,
+    pub bytes_copied: u64,
+    pub correction: bool,
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceReport {
+    pub name: String,
+    pub memory_bytes: u64,
+    pub peak_bytes: u64,
+    pub weights_bytes: u64,
+    pub kv_bytes: u64,
+}
+
+/// The [`OpExecutor`] of `slicesched run`.
+pub struct Driver<'b> {
+    runner: Runner<'b>,
+    /// Runner tenant of each simulator engine instance.
+    inst_tenant: Vec<usize>,
+    /// Per runner tenant: deployment group → its group in the runner.
+    groups: Vec<HashMap<GroupId, usize>>,
+    home: Vec<GroupId>,
+    steps: HashMap<u64, Stepper<'b>>,
+    corr: HashMap<(OpKind, u32), f64>,
+    pub correct: bool,
+    pub records: Vec<ExecRecord>,
+    launches: u64,
+    kernel_ns: u64,
+    overhead_ns: u64,
+    pub errors: Vec<String>,
+}
+
+fn octave(tokens: u64) -> u32 {
+    64 - tokens.max(1).leading_zeros()
+}
+
+impl<'b> Driver<'b> {
+    /// Loads every engine instance of the (planned) scenario onto `backend`, whose
+    /// devices are the scenario's GPUs in order.
+    pub fn new(backend: &'b dyn Backend, scn: &Scenario, seed: u64) -> Result<Self, ExecError> {
+        if backend.devices().len() < scn.cluster.len() {
+            return Err(ExecError::UnknownDevice(format!(
+                "the scenario has {} GPUs, the backend {} devices",
+                scn.cluster.len(),
+                backend.devices().len()
+            )));
+        }
+        let mut d = Driver {
+            runner: Runner::new(backend),
+            inst_tenant: Vec::new(),
+            groups: Vec::new(),
+            home: Vec::new(),
+            steps: HashMap::new(),
+            corr: HashMap::new(),
+            correct: true,
+            records: Vec::new(),
+            launches: 0,
+            kernel_ns: 0,
+            overhead_ns: 0,
+            errors: Vec::new(),
+        };
+        // The simulator's instance order: homes in tenant order, then serving replicas.
+        let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
+        order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
+        let mut weights: HashMap<u32, (ExecModel, HostWeights)> = HashMap::new();
+        for h in order {
+            let ti = h.tenant.index();
+            let setup = &scn.tenants[ti];
+            let (model, w) = weights.entry(ti as u32).or_insert_with(|| {
+                let mut m = ExecModel::new(setup.model.clone());
+                let longest = scn
+                    .requests
+                    .iter()
+                    .filter(|(t, _)| *t as usize == ti)
+                    .map(|(_, r)| (r.prompt_tokens + r.output_tokens.max(1)) as usize)
+                    .max()
+                    .unwrap_or(16);
+                m.numerics.max_positions = (longest + 16).next_multiple_of(256);
+                let w = HostWeights::random(&m, seed ^ ti as u64);
+                (m, w)
+            });
+            let devs =
+                |g: GroupId| -> Vec<DeviceId> { scn.deployment.group(g).gpus.iter().map(|g| DeviceId(g.0)).collect() };
+            let t = d
+                .runner
+                .load_tenant(model.clone(), w, &devs(h.group), h.kv_blocks as usize)
+                .map_err(|e| ExecError::Placement(format!("tenant `{}`: {e}", setup.name)))?;
+            let mut map = HashMap::from([(h.group, 0)]);
+            let layers = model.layers() as u32;
+            for r in scn.deployment.replicas(h.tenant).filter(|r| !r.serves && r.group != h.group) {
+                let whole = r.layers == (0, layers);
+                let range =
+                    LayerRange { start: r.layers.0 as usize, end: r.layers.1 as usize, head: whole, tail: whole };
+                let g = d
+                    .runner
+                    .add_copy(t, w, &devs(r.group), range)
+                    .map_err(|e| ExecError::Placement(format!("tenant `{}` copy: {e}", setup.name)))?;
+                map.insert(r.group, g);
+            }
+            d.inst_tenant.push(t);
+            d.groups.push(map);
+            d.home.push(h.group);
+        }
+        Ok(d)
+    }
+
+    fn batch(op: &ExecOp<'_>, vocab: i32) -> ExecBatch {
+        // Traces carry lengths, not text: ids are synthetic, the shapes are the real ones.
+        let tok = |i: usize, j: usize| ((op.serial as usize * 31 + i * 7 + j * 13) % vocab as usize) as i32;
+        let mut seqs = Vec::new();
+        for (i, p) in op.batch.prefills.iter().enumerate() {
+            seqs.push(SeqWork {
+                seq: op.serial << 20 | i as u64,
+                tokens: (0..p.chunk as usize).map(|j| tok(i, j)).collect(),
+                start_pos: p.prior_kv as usize,
+                prefill: true,
+                samples: p.samples,
+            });
+        }
+        let n = seqs.len();
+        for (i, dc) in op.batch.decodes.iter().enumerate() {
+            seqs.push(SeqWork {
+                seq: op.serial << 20 | (n + i) as u64,
+                tokens: vec![tok(n + i, 0)],
+                start_pos: dc.kv_len as usize - 1,
+                prefill: false,
+                samples: true,
+            });
+        }
+        ExecBatch { seqs }
+    }
+
+    fn try_run(&mut self, op: &ExecOp<'_>) -> Result<(u64, u64, u64), ExecError> {
+        let inst = op.instance as usize;
+        let t = *self.inst_tenant.get(inst).ok_or_else(|| ExecError::Placement(format!("no instance {inst}")))?;
+        let group = *self.groups[inst].get(&op.group).ok_or_else(|| {
+            ExecError::Placement(format!(
+                "op {} placed on group {} that holds none of its weights",
+                op.index, op.group.0
+            ))
+        })?;
+        if !self.steps.contains_key(&op.serial) {
+            let vocab = self.runner.tenants[t].model.vocab() as i32;
+            let st = self.runner.begin(t, &Self::batch(op, vocab))?;
+            self.steps.insert(op.serial, st);
+        }
+        let mut st = self.steps.remove(&op.serial).expect("inserted");
+        // Owners' ops go on the urgent stream, guests' on the background one.
+        let priority = if op.group == self.home[inst] { -1 } else { 1 };
+        let r = self.runner.step(&mut st, op.index, OpPlace { group, priority });
+        self.steps.insert(op.serial, st);
+        let o = r?;
+        self.launches += o.launches as u64;
+        self.kernel_ns += o.kernel_ns;
+        Ok((o.end_ns.saturating_sub(o.start_ns), o.start_ns.saturating_sub(o.submit_ns), o.copy_bytes))
+    }
+
+    /// The report's `executor` section.
+    pub fn summary(&self) -> ExecSummary {
+        let b = self.runner.backend;
+        let devices = b
+            .devices()
+            .iter()
+            .filter_map(|i| {
+                let l = b.ledger(i.id).ok()?;
+                Some(DeviceReport {
+                    name: i.name.clone(),
+                    memory_bytes: i.memory_bytes,
+                    peak_bytes: l.peak,
+                    weights_bytes: l.weights,
+                    kv_bytes: l.kv_pool,
+                })
+            })
+            .collect();
+        ExecSummary {
+            backend: b.kind(),
+            devices,
+            ops: self.records.len() as u64,
+            kernel_s: self.kernel_ns as f64 / 1e9,
+            launches: self.launches,
+            launch_overhead_us_mean: self.overhead_ns as f64 / 1e3 / self.records.len().max(1) as f64,
+            bytes_copied: b.bytes_copied(),
+            correction: self.correct,
+            errors: self.errors.clone(),
+        }
+    }
+}
+
+impl OpExecutor for Driver<'_> {
+    fn run_op(&mut self, op: &ExecOp<'_>) -> u64 {
+        let spec = op.dag.op(op.index).spec;
+        let c = self.correction(spec);
+        let model_ns = (op.predicted_ns as f64 / c) as u64;
+        match self.try_run(op) {
+            Ok((actual, overhead, copy_bytes)) => {
+                let actual = actual.max(1);
+                if self.correct && model_ns > 0 {
+                    let key = (spec.kind, octave(spec.tokens()));
+                    let ratio = actual as f64 / model_ns as f64;
+                    let e = self.corr.entry(key).or_insert(ratio);
+                    *e = (1.0 - ALPHA) * *e + ALPHA * ratio;
+                }
+                self.overhead_ns += overhead;
+                self.records.push(ExecRecord {
+                    serial: op.serial,
+                    tenant: op.tenant.index() as u32,
+                    kind: spec.kind,
+                    layer: match op.dag.op(op.index).segment {
+                        slicesched_model::Segment::Layer(l) => Some(l),
+                        _ => None,
+                    },
+                    group: op.group.0,
+                    tokens: spec.tokens(),
+                    model_ns,
+                    predicted_ns: op.predicted_ns,
+                    actual_ns: actual,
+                    overhead_ns: overhead,
+                    copy_bytes,
+                });
+                actual
+            }
+            Err(e) => {
+                // The simulation goes on with the prediction; the run reports the failure.
+                if self.errors.len() < 20 {
+                    self.errors.push(format!("iteration {} op {} ({}): {e}", op.serial, op.index, spec.kind.name()));
+                }
+                op.predicted_ns
+            }
+        }
+    }
+
+    fn iteration_done(&mut self, serial: u64) {
+        if let Some(st) = self.steps.remove(&serial) {
+            self.runner.end(st, true);
+        }
+    }
+
+    fn correction(&self, spec: &OpSpec) -> f64 {
+        if !self.correct {
+            return 1.0;
+        }
+        self.corr.get(&(spec.kind, octave(spec.tokens()))).copied().unwrap_or(1.0)
+    }
+}
