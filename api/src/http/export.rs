@@ -355,7 +355,7 @@ where
             }
         }
         let last = enc.finish();
-        let _ = tx.send(last.map_err(|e| std::io::Error::other(e))).await;
+        let _ = tx.send(last.map_err(std::io::Error::other)).await;
     });
     Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }
