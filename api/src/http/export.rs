@@ -117,10 +117,11 @@ async fn export(
     let db = st.db.clone();
     let body = match (part, fmt) {
         (Part::Summary, Format::Json) => {
-            // One bounded document: the stored summary, as stored.
-            let (text,): (String,) =
-                sqlx::query_as("select summary::text from runs where id = $1").bind(id).fetch_one(&st.db).await?;
-            Body::from(text)
+            // One bounded document, decoded and written as GET /runs/{id} writes it, so
+            // the file holds the very figures the API answers.
+            let (doc,): (Json<serde_json::Value>,) =
+                sqlx::query_as("select summary from runs where id = $1").bind(id).fetch_one(&st.db).await?;
+            Body::from(serde_json::to_vec(&doc.0).map_err(|e| ApiError::Internal(e.to_string()))?)
         }
         (Part::Summary, Format::Csv) if replay => {
             pump(db, replay_summary_sql(), id, Encoder::new(fmt, None), |enc, r: ScopedFigures| {
@@ -354,7 +355,7 @@ where
             }
         }
         let last = enc.finish();
-        let _ = tx.send(last.map_err(|e| std::io::Error::other(e))).await;
+        let _ = tx.send(last.map_err(std::io::Error::other)).await;
     });
     Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }

@@ -54,10 +54,19 @@ export function lineChart(series: LineSeries[], o: LineOpts): HTMLElement {
       svg('text', { x: W - R - 4, y: sy(l.y) - 4, 'text-anchor': 'end', class: 'tick' }, l.label));
   }
   for (const s of series) {
-    const d = s.x.map((x, i) => `${i ? 'L' : 'M'}${sx(x).toFixed(1)},${sy(s.y[i]).toFixed(1)}`).join('');
+    // A point without a value (a window with no completions) breaks the line: no value
+    // is drawn as zero.
+    let pen = 'M';
+    const d = s.x.map((x, i) => {
+      if (!Number.isFinite(s.y[i])) { pen = 'M'; return ''; }
+      const seg = `${pen}${sx(x).toFixed(1)},${sy(s.y[i]).toFixed(1)}`;
+      pen = 'L';
+      return seg;
+    }).join('');
     g.append(svg('path', { d, fill: 'none', stroke: s.color, 'stroke-width': 2,
       'stroke-dasharray': s.dashed ? '5 4' : 'none', 'data-series': s.name }));
     if (s.points) for (let i = 0; i < s.x.length; i++) {
+      if (!Number.isFinite(s.y[i])) continue;
       g.append(svg('circle', { cx: sx(s.x[i]), cy: sy(s.y[i]), r: 3, fill: s.color },
         svg('title', {}, `${s.name}: ${xfmt(s.x[i])} → ${fmt(s.y[i])}`)));
     }
