@@ -8,3 +8,4 @@ mod http;
 mod matrix;
 mod plugins;
 mod runs;
+mod truth;
