@@ -90,3 +90,21 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_admin_token_is_refused_in_one_line_naming_the_rule() {
+        let c = Config { admin_token: "short-token".into(), ..Config::default() };
+        let msg = c.check().unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "the admin token (SLICESCHED_ADMIN_TOKEN or admin_token) is 11 characters; it must be at least 16"
+        );
+        assert!(!msg.contains('\n'));
+        let ok = Config { admin_token: "x".repeat(MIN_ADMIN_TOKEN_CHARS), ..Config::default() };
+        assert!(ok.check().is_ok());
+    }
+}
