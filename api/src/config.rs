@@ -45,14 +45,17 @@ impl Default for Config {
     }
 }
 
+/// The shortest admin token the service accepts (it guards every admin action).
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{path}: {msg}")]
     File { path: String, msg: String },
     #[error("no admin token: set SLICESCHED_ADMIN_TOKEN or admin_token in the config file")]
     NoAdminToken,
-    #[error("admin token must be at least 16 characters")]
-    WeakAdminToken,
+    #[error("the admin token (SLICESCHED_ADMIN_TOKEN or admin_token) is {len} characters; it must be at least {MIN_ADMIN_TOKEN_CHARS}")]
+    WeakAdminToken { len: usize },
 }
 
 impl Config {
@@ -80,9 +83,28 @@ impl Config {
         if self.admin_token.is_empty() {
             return Err(ConfigError::NoAdminToken);
         }
-        if self.admin_token.len() < 16 {
-            return Err(ConfigError::WeakAdminToken);
+        let len = self.admin_token.chars().count();
+        if len < MIN_ADMIN_TOKEN_CHARS {
+            return Err(ConfigError::WeakAdminToken { len });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_admin_token_is_refused_in_one_line_naming_the_rule() {
+        let c = Config { admin_token: "short-token".into(), ..Config::default() };
+        let msg = c.check().unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "the admin token (SLICESCHED_ADMIN_TOKEN or admin_token) is 11 characters; it must be at least 16"
+        );
+        assert!(!msg.contains('\n'));
+        let ok = Config { admin_token: "x".repeat(MIN_ADMIN_TOKEN_CHARS), ..Config::default() };
+        assert!(ok.check().is_ok());
     }
 }

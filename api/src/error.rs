@@ -28,6 +28,9 @@ pub enum ApiError {
     /// Also what a tenant gets for another tenant's things: existence must not leak.
     #[error("not found")]
     NotFound,
+    /// A 404 that names what is missing (the same answer for what the caller may not see).
+    #[error("{0}")]
+    Missing(String),
     #[error("{field}: {detail}")]
     BadRequest { field: String, detail: String },
     #[error("{field}: {detail}")]
@@ -54,12 +57,16 @@ impl ApiError {
     pub fn conflict(field: impl Into<String>, detail: impl Into<String>) -> Self {
         ApiError::Conflict { field: field.into(), detail: detail.into() }
     }
+    /// 404 naming the thing: "no run with id …".
+    pub fn missing(what: &str, id: impl std::fmt::Display) -> Self {
+        ApiError::Missing(format!("no {what} with id {id}"))
+    }
 
     fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::Missing(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
@@ -70,23 +77,35 @@ impl ApiError {
     }
 }
 
-/// Unique constraints by name, and the field each one guards.
-const UNIQUE_FIELDS: &[(&str, &str)] = &[
-    ("tenants_name_key", "name"),
-    ("models_name_key", "name"),
-    ("clusters_name_key", "name"),
-    ("plugins_sha256_key", "bytes"),
-    ("plugins_name_version_key", "version"),
+/// Unique constraints by name, the field each one guards and what it names.
+const UNIQUE_FIELDS: &[(&str, &str, &str)] = &[
+    ("tenants_name_key", "name", "a tenant named"),
+    ("models_name_key", "name", "a model named"),
+    ("clusters_name_key", "name", "a cluster named"),
+    ("plugins_sha256_key", "bytes", "a plugin with SHA-256"),
+    ("plugins_name_version_key", "version", "a plugin with name and version"),
 ];
+
+/// "a tenant named `acme` already exists", from Postgres' "Key (name)=(acme) already exists.".
+fn exists_detail(noun: &str, pg_detail: Option<&str>) -> String {
+    let value = pg_detail.and_then(|d| d.split_once(")=(")).and_then(|(_, v)| v.rsplit_once(") already exists"));
+    match value {
+        Some((v, _)) => format!("{noun} `{}` already exists", v.chars().take(80).collect::<String>()),
+        None => format!("{noun} this value already exists"),
+    }
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         // A named unique constraint is the client's conflict, not our failure.
         let this = match self {
             ApiError::Db(sqlx::Error::Database(ref e)) if e.is_unique_violation() => {
-                let field =
-                    e.constraint().and_then(|c| UNIQUE_FIELDS.iter().find(|(n, _)| *n == c)).map_or("id", |(_, f)| *f);
-                ApiError::conflict(field, "already exists")
+                let hit = e.constraint().and_then(|c| UNIQUE_FIELDS.iter().find(|(n, _, _)| *n == c));
+                let pg = e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().and_then(|p| p.detail());
+                match hit {
+                    Some((_, field, noun)) => ApiError::conflict(*field, exists_detail(noun, pg)),
+                    None => ApiError::conflict("id", exists_detail("a record with", pg)),
+                }
             }
             other => other,
         };

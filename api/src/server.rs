@@ -22,6 +22,9 @@ pub enum ServeError {
     Demo(String),
 }
 
+/// How long shutdown waits for cancelled replays to notice their flag.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The demo replays: what a newcomer sees at once.
 pub const DEMO_SCENARIO: &str = "smoke";
 pub const DEMO_POLICIES: &[&str] = &["dedicated", "slice"];
@@ -44,7 +47,16 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let listener =
         tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
     tracing::info!(%addr, "serving the API and web UI");
-    axum::serve(listener, crate::app(state)).with_graceful_shutdown(shutdown()).await?;
+    let jobs = state.jobs.clone();
+    let stopping = async move {
+        shutdown().await;
+        // Runs are cancelled at once and marked interrupted, not left to finish (a long
+        // replay would hold the process for minutes) nor left `running`.
+        if let Err(e) = jobs.shutdown(SHUTDOWN_GRACE).await {
+            tracing::error!(error = %e, "marking runs interrupted at shutdown failed");
+        }
+    };
+    axum::serve(listener, crate::app(state)).with_graceful_shutdown(stopping).await?;
     Ok(())
 }
 

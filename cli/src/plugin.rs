@@ -18,6 +18,10 @@ pub enum Command {
         /// Where cargo compiles the guest (apart from native builds).
         #[arg(long, default_value = "target/wasm")]
         target_dir: PathBuf,
+        /// Cargo features of the plugin crate to enable (comma-separated), e.g. one
+        /// misbehaviour of plugins/hostile for a quarantine test.
+        #[arg(long, value_delimiter = ',')]
+        features: Vec<String>,
     },
     /// Check that a file is a policy component of a supported interface version.
     Validate { file: PathBuf },
@@ -28,7 +32,7 @@ pub enum Command {
 
 pub fn run(c: Command) -> Result<()> {
     match c {
-        Command::Build { dir, out, target_dir } => {
+        Command::Build { dir, out, target_dir, features } => {
             let name = dir
                 .canonicalize()
                 .with_context(|| format!("plugin folder {}", dir.display()))?
@@ -36,7 +40,8 @@ pub fn run(c: Command) -> Result<()> {
                 .map(|n| n.to_string_lossy().to_string())
                 .context("a plugin folder has a name")?;
             let out = out.unwrap_or_else(|| crate::policies::plugin_dir().join(format!("{name}.wasm")));
-            let built = toolchain::build(&dir, &out, &target_dir, &[])
+            let features: Vec<&str> = features.iter().map(String::as_str).collect();
+            let built = toolchain::build(&dir, &out, &target_dir, &features)
                 .with_context(|| format!("building the plugin in {}", dir.display()))?;
             let info = validate(&out)?;
             println!(

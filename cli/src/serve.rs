@@ -27,7 +27,9 @@ pub fn run(a: Args) -> Result<()> {
         println!("{}", slicesched_api::http::openapi().to_pretty_json()?);
         return Ok(());
     }
-    let mut config = slicesched_api::Config::load(a.config.as_deref()).context("configuration")?;
+    // One line naming the rule (a chain of causes would spread it over several).
+    let mut config =
+        slicesched_api::Config::load(a.config.as_deref()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     if let Some(addr) = a.addr {
         config.addr = addr;
     }
@@ -41,7 +43,9 @@ pub fn run(a: Args) -> Result<()> {
     let telemetry = slicesched_api::telemetry::init().map_err(anyhow::Error::msg).context("telemetry")?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let served = rt.block_on(slicesched_api::serve(config));
-    drop(rt);
+    // Cancelled replays stop at their next progress check; a blocking task that does
+    // not must not hold the exit.
+    rt.shutdown_timeout(std::time::Duration::from_secs(10));
     telemetry.shutdown();
     served.context("slicesched serve")
 }

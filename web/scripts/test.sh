@@ -68,6 +68,15 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 
+# A plugin the host quarantines (it panics on every batch), for the fallback test.
+hostile="$root/target/plugins/hostile/panic.wasm"
+if [ ! -f "$hostile" ]; then
+  (cd "$root" && "$bin" plugin build plugins/hostile --features panic --out "$hostile") >/dev/null \
+    || echo "web tests: building the hostile plugin failed (its test will say so)" >&2
+fi
+export HOSTILE_WASM="$hostile"
+
 cd "$web"
+# Every test file, one after the other (they share the service and its run slots).
 BASE_URL="http://127.0.0.1:$port" node --test --test-concurrency=1 --test-reporter=spec tests/*.test.mjs
 echo "web tests: screenshots and timeline-perf.json in web/test-results/"

@@ -20,7 +20,26 @@ export interface Run {
   summary: Summary | SweepReport | null;
   /** A sweep's violation targets (fractions), when the API gives them. */
   violation_targets?: number[] | null;
+  /** Replays: the arrival-rate multiplier asked for (null: 1×). */
+  rate_scale?: number | null;
+  /** How the run ran (null for runs stored before parameters were recorded). */
+  params?: RunParams | null;
+  /** Set when the policy's plugin failed and the fallback decided instead. */
+  fallback?: Fallback | null;
 }
+
+export interface ResolvedPolicy { name: string; version: string; sha256: string; kind: 'wasm' | 'native' | string;
+  interface_version: string; plugin_id: string }
+export interface SlaFigures { ttft_ms: number; ttft_ms_per_1k: number; tpot_ms: number }
+export interface AppliedSla extends SlaFigures { scenario_tenant: string; tenant_id: string; tenant: string;
+  matched_by: 'request' | 'name' | string; sla_version: number; scenario_sla: SlaFigures }
+export interface RunParams {
+  scenario: string; scenario_sha256: string; seed: number; rate_scale: number | null;
+  violation_targets: number[] | null; policies: ResolvedPolicy[]; core: Record<string, string | number | boolean>;
+  tenants: AppliedSla[];
+}
+export interface Fallback { policy: string; plugin: string; version: string; decisions: number; calls: number;
+  failures: number; quarantined: boolean; cause: string | null }
 
 export interface Page<T> { items: T[]; next_cursor: string | null }
 
@@ -69,8 +88,15 @@ export interface RequestRow {
   ttft_ms: number | null; tpot_ms: number | null; violated: boolean; dropped: string | null;
 }
 
+/** A span of a replay whose ops are (being) recorded one by one. */
+export interface TimelineWindowInfo { id: string; run_id: string; reason: 'start' | 'busiest' | 'violations' | 'requested' | string;
+  from_ns: number; to_ns: number; status: string; progress: number; recorded_to_ns: number | null; ops: number;
+  created_by: string; created_at: string; finished_at: string | null; error: string | null }
+
 /** `gpus`: the run's GPU indices (older answers gave a count). */
-export interface TimelineMeta { from_ns: number; to_ns: number; ops: number; gpus: number[] | number; tenants: string[] }
+export interface TimelineMeta { from_ns: number; to_ns: number; ops: number; gpus: number[] | number; tenants: string[];
+  run_end_ns?: number; whole_run?: boolean; bucket_ns?: number | null; windows?: TimelineWindowInfo[];
+  version?: number; status?: string }
 
 export interface OpsColumns {
   gpu: number[]; start_ns: number[]; end_ns: number[]; tenant: number[]; kind: (string | number)[];
@@ -78,11 +104,13 @@ export interface OpsColumns {
   prefill_tokens: number[]; decodes: number[]; kinds?: string[];
 }
 
-export interface BucketColumns { gpu: number[]; t0_ns: number[]; busy_ns: number[]; tenant_busy_ns: number[][] }
+export interface BucketColumns { gpu: number[]; t0_ns: number[]; busy_ns: number[]; tenant_busy_ns: number[][];
+  borrowed_ns?: number[]; ops?: number[] }
 
+/** `recorded`: the spans of the window the answer covers (elsewhere: not recorded, not idle). */
 export type TimelineWindow =
-  | { mode: 'ops'; ops: OpsColumns }
-  | { mode: 'buckets'; bucket_ns: number; buckets: BucketColumns };
+  | { mode: 'ops'; ops: OpsColumns; recorded?: [number, number][] }
+  | { mode: 'buckets'; bucket_ns: number; buckets: BucketColumns; recorded?: [number, number][] };
 
 export interface Tenant { id: number | string; name: string; model?: string; created_at?: string; sla?: Sla | null }
 export interface Sla { ttft_ms: number; ttft_ms_per_1k?: number; tpot_ms: number; version?: number;

@@ -9,7 +9,7 @@ export const ADMIN = process.env.SLICESCHED_ADMIN_TOKEN ?? '';
 const SCENARIO = process.env.UI_TEST_SCENARIO ?? 'smoke';
 const WAIT_S = Number(process.env.UI_TEST_RUN_WAIT_S ?? 600);
 
-async function waitRun(id) {
+export async function waitRun(id) {
   const t0 = Date.now();
   for (;;) {
     const r = await api(`/runs/${id}`, ADMIN);
@@ -20,7 +20,7 @@ async function waitRun(id) {
 }
 
 /** A finished run of this kind, scenario and policies, started if there is none. */
-async function finished(kind, policies) {
+export async function finished(kind, policies) {
   const page = await api(`/runs?scenario=${SCENARIO}&status=succeeded&limit=100`, ADMIN);
   const hit = page.items.find((r) => r.kind === kind && r.policies.join(',') === policies.join(','));
   if (hit) return hit;

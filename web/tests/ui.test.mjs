@@ -327,9 +327,13 @@ describe('timeline', () => {
     await page.keyboard.press('ArrowRight');
     const span2 = await page.evaluate(() => window.__timeline.view.to - window.__timeline.view.from);
     assert.ok(span2 < span1, 'the + key zoomed in');
-    // Zoom to single operators: 2 ms around a real op of the first run, fetched as ops.
-    const mid = (meta.from_ns + meta.to_ns) / 2;
-    const near = await api(`/runs/${fx.slice.id}/timeline?from_ns=${Math.floor(mid)}&to_ns=${Math.floor(meta.to_ns)}&gpus=0&max_ops=500000`, fx.analystKey);
+    // Zoom to single operators: 2 ms around a real op of the first run, fetched as ops
+    // (inside both runs' recorded start windows: elsewhere the timeline answers buckets).
+    const other = await api(`/runs/${fx.dedicated.id}/timeline/meta`, fx.analystKey);
+    const startOf = (m) => m.windows.find((w) => w.reason === 'start');
+    const recTo = Math.min(startOf(meta).recorded_to_ns, startOf(other).recorded_to_ns);
+    const mid = (startOf(meta).from_ns + recTo) / 2;
+    const near = await api(`/runs/${fx.slice.id}/timeline?from_ns=${Math.floor(mid)}&to_ns=${Math.floor(recTo)}&gpus=0&max_ops=500000`, fx.analystKey);
     assert.equal(near.mode, 'ops');
     assert.ok(near.ops.start_ns.length > 0, 'ops on GPU 0 in the second half');
     const opMid = (near.ops.start_ns[0] + near.ops.end_ns[0]) / 2;

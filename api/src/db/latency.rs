@@ -1,6 +1,8 @@
 //! Whole-run latency distributions: TTFT, TPOT and end-to-end latency of every request
 //! record of a run (or of one tenant), as log-spaced histograms with percentiles,
-//! computed in SQL. A run's records never change once it succeeded, so the answer is
+//! computed in SQL over the completed requests with the summary's definition (nearest
+//! rank: `percentile_disc`), so a page's cards (from the summary) and its histogram
+//! notes show one p99 per figure. A run's records never change once it succeeded, so the answer is
 //! computed once — in the run's own transaction when it is stored, or on first read for
 //! runs stored before — and kept in `run_latency`.
 
@@ -56,13 +58,14 @@ async fn histogram(
     expr: &str,
 ) -> Result<LatencyHistogram, sqlx::Error> {
     let from = format!(
-        "(select {expr} as v from run_requests where run_id = $1 and ($2::text is null or tenant = $2)) s where v > 0"
+        "(select {expr} as v from run_requests where run_id = $1 and ($2::text is null or tenant = $2) \
+         and finish_ns is not null) s where v > 0"
     );
     #[allow(clippy::type_complexity)]
     let (count, min, max, mean, pct): (i64, Option<f64>, Option<f64>, Option<f64>, Option<Vec<f64>>) =
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "select count(*), min(v), max(v), avg(v), \
-             percentile_cont(array[0.5, 0.9, 0.99]) within group (order by v) from {from}"
+             percentile_disc(array[0.5, 0.9, 0.99]) within group (order by v) from {from}"
         )))
         .bind(run)
         .bind(tenant)

@@ -1,9 +1,11 @@
 //! Postgres: the pool, the migrations (applied at start-up and by the tests' harness),
 //! the audit log and the run history's queries.
 
+pub mod busy;
 pub mod latency;
 pub mod results;
 pub mod runs;
+pub mod windows;
 
 use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;

@@ -80,6 +80,15 @@ async fn store_ops(
     run: Uuid,
     ops: &[slicesched_sim::OpRecord],
 ) -> Result<(), sqlx::Error> {
+    insert_ops(tx, run, ops).await?;
+    refresh_op_bounds(tx, run).await
+}
+
+pub async fn insert_ops(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    ops: &[slicesched_sim::OpRecord],
+) -> Result<(), sqlx::Error> {
     let ns = |v: u64| v.min(i64::MAX as u64) as i64;
     for chunk in ops.chunks(CHUNK) {
         sqlx::query(
@@ -104,17 +113,19 @@ async fn store_ops(
         .execute(&mut **tx)
         .await?;
     }
-    let from = ops.iter().map(|o| o.start_ns).min();
-    let to = ops.iter().map(|o| o.end_ns).max();
-    let longest = ops.iter().map(|o| o.end_ns.saturating_sub(o.start_ns)).max().unwrap_or(0);
-    sqlx::query("update runs set ops_from_ns = $2, ops_to_ns = $3, ops_count = $4, ops_max_ns = $5 where id = $1")
-        .bind(run)
-        .bind(from.map(ns))
-        .bind(to.map(ns))
-        .bind(ops.len() as i64)
-        .bind(ns(longest))
-        .execute(&mut **tx)
-        .await?;
+    Ok(())
+}
+
+/// The run's recorded-op bounds, count and longest op, from what `run_ops` holds.
+pub async fn refresh_op_bounds(tx: &mut Transaction<'_, Postgres>, run: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update runs r set ops_from_ns = o.lo, ops_to_ns = o.hi, ops_count = o.n, ops_max_ns = o.longest \
+         from (select min(start_ns) lo, max(end_ns) hi, count(*) n, coalesce(max(end_ns - start_ns), 0) longest \
+               from run_ops where run_id = $1) o where r.id = $1",
+    )
+    .bind(run)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

@@ -66,10 +66,23 @@ pub struct Run {
     /// The replay's `summary.json`, the sweep's `sweep.json`, or null until it finishes.
     #[schema(value_type = Option<Object>)]
     pub summary: Option<serde_json::Value>,
+    /// Replays: the arrival-rate multiplier asked for (null: 1×).
+    pub rate_scale: Option<f64>,
+    /// How the run ran (see [`crate::jobs::params::RunParams`]): scenario and its
+    /// SHA-256, rate scale, seed, the policy as resolved, the core's options, and from
+    /// its start the registered tenants whose SLA it applied. Null for runs stored
+    /// before parameters were recorded.
+    #[schema(value_type = Option<crate::jobs::params::RunParams>)]
+    pub params: Option<serde_json::Value>,
+    /// Set when the policy's plugin failed or was quarantined and the fallback decided
+    /// instead (see [`crate::jobs::params::Fallback`]): such a run's figures are partly
+    /// the fallback's. Null when the policy took every decision.
+    #[schema(value_type = Option<crate::jobs::params::Fallback>)]
+    pub fallback: Option<serde_json::Value>,
 }
 
-pub const RUN_COLUMNS: &str =
-    "id, kind, scenario, policies, status, progress, created_at, started_at, finished_at, error, summary";
+pub const RUN_COLUMNS: &str = "id, kind, scenario, policies, status, progress, created_at, started_at, finished_at, \
+                               error, summary, rate_scale, params, fallback";
 
 /// What a job needs to execute a run (kept in the row, so queued runs survive restarts).
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -81,6 +94,9 @@ pub struct RunSpec {
     pub policies: Vec<String>,
     pub rate_scale: Option<f64>,
     pub violation_targets: Option<Vec<f64>>,
+    pub params: Option<serde_json::Value>,
+    pub tenant_map: Option<serde_json::Value>,
+    pub created_by: String,
 }
 
 pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Run>, sqlx::Error> {
@@ -92,7 +108,8 @@ pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Run>, sqlx:
 
 pub async fn spec(db: &PgPool, id: Uuid) -> Result<Option<RunSpec>, sqlx::Error> {
     sqlx::query_as(
-        "select id, kind, scenario, scenario_toml, policies, rate_scale, violation_targets from runs where id = $1",
+        "select id, kind, scenario, scenario_toml, policies, rate_scale, violation_targets, params, tenant_map, \
+         created_by from runs where id = $1",
     )
     .bind(id)
     .fetch_optional(db)

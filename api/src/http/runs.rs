@@ -60,6 +60,12 @@ pub struct NewRun {
     pub rate_scale: Option<f64>,
     /// Sweeps only: fractions of requests allowed to violate, each in (0, 1); default [0.01, 0.09].
     pub violation_targets: Option<Vec<f64>>,
+    /// Which registered tenant each scenario tenant is: scenario tenant name → tenant
+    /// id. A scenario tenant not named here is the registered tenant of the same name,
+    /// if there is one. Either way the tenant's SLA in force when the run starts
+    /// replaces the scenario file's, and the run is listed in the tenant's statistics.
+    #[schema(value_type = Option<Object>)]
+    pub tenants: Option<std::collections::BTreeMap<String, Uuid>>,
 }
 
 #[utoipa::path(get, path = "/api/v1/runs", tag = "runs", params(RunQuery),
@@ -113,7 +119,7 @@ async fn list_runs(
               (status = 403, body = Problem)))]
 async fn get_run(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<Run>> {
     caller.reader()?;
-    crate::db::runs::get(&st.db, id).await?.map(Json).ok_or(ApiError::NotFound)
+    crate::db::runs::get(&st.db, id).await?.map(Json).ok_or_else(|| ApiError::missing("run", id))
 }
 
 #[utoipa::path(post, path = "/api/v1/runs", tag = "runs", request_body = NewRun,
@@ -147,12 +153,15 @@ pub(crate) async fn start(
     let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&dir, &text))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let tenant_map = check_tenants(&st, &body, &resolved.tenant_names).await?;
+    let params = run_params(&st, &resolved, &policies, rate_scale, &targets).await?;
+    let params_json = serde_json::to_value(&params).map_err(|e| ApiError::Internal(e.to_string()))?;
     let id = Uuid::new_v4();
     let kind = body.kind.as_str();
     let mut tx = st.db.begin().await?;
     sqlx::query(
         "insert into runs (id, kind, scenario, scenario_toml, policies, rate_scale, violation_targets, \
-         tenant_names, gpus, created_by) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+         tenant_names, gpus, created_by, params, tenant_map) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
     .bind(id)
     .bind(kind)
@@ -164,15 +173,73 @@ pub(crate) async fn start(
     .bind(&resolved.tenant_names)
     .bind(resolved.gpus as i32)
     .bind(caller.actor())
+    .bind(&params_json)
+    .bind(tenant_map.as_ref().map(|m| serde_json::json!(m)))
     .execute(&mut *tx)
     .await?;
-    let detail = serde_json::json!({ "kind": kind, "scenario": resolved.name, "policies": policies });
+    let detail = serde_json::json!({
+        "kind": kind, "scenario": resolved.name, "policies": policies, "params": params_json, "tenants": tenant_map,
+    });
     crate::db::audit(&mut *tx, &caller.actor(), "run.create", &id.to_string(), detail).await?;
     tx.commit().await?;
     // Read back before the job starts: the answer shows the run as queued.
     let run = crate::db::runs::get(&st.db, id).await?.ok_or(ApiError::NotFound)?;
     st.jobs.submit(id);
     Ok((StatusCode::ACCEPTED, Json(run)))
+}
+
+/// The named scenario tenants exist in the scenario, and the tenants they name exist.
+async fn check_tenants(
+    st: &AppState,
+    body: &NewRun,
+    scenario_tenants: &[String],
+) -> ApiResult<Option<std::collections::BTreeMap<String, Uuid>>> {
+    let Some(map) = &body.tenants else { return Ok(None) };
+    for (name, id) in map {
+        let shown: String = name.chars().take(64).collect();
+        if !scenario_tenants.contains(name) {
+            return Err(ApiError::invalid(
+                format!("tenants.{shown}"),
+                format!("the scenario has no tenant `{shown}` (it has: {})", scenario_tenants.join(", ")),
+            ));
+        }
+        let found: Option<(Uuid,)> = sqlx::query_as("select id from tenants where id = $1 and removed_at is null")
+            .bind(id)
+            .fetch_optional(&st.db)
+            .await?;
+        if found.is_none() {
+            return Err(ApiError::invalid(format!("tenants.{shown}"), format!("no registered tenant with id {id}")));
+        }
+    }
+    Ok(Some(map.clone()))
+}
+
+/// The run's parameters as resolved now (the policy rows that will decide).
+async fn run_params(
+    st: &AppState,
+    resolved: &crate::scenarios::Resolved,
+    policies: &[String],
+    rate_scale: Option<f64>,
+    targets: &Option<Vec<f64>>,
+) -> ApiResult<crate::jobs::params::RunParams> {
+    use crate::jobs::params;
+    let mut out = Vec::new();
+    for p in policies {
+        let r = params::resolve_policy(&st.db, p).await?;
+        out.push(r.ok_or_else(|| ApiError::invalid("policy", format!("no active policy or plugin named `{p}`")))?);
+    }
+    let seed = toml::from_str::<slicesched_sim::ScenarioSpec>(&resolved.toml).map(|s| s.seed).unwrap_or_default();
+    Ok(params::RunParams {
+        scenario: resolved.name.clone(),
+        scenario_sha256: params::sha256_hex(&resolved.toml),
+        seed,
+        // A replay says its scale even when it is the default; a sweep searches it.
+        rate_scale: if targets.is_none() { Some(rate_scale.unwrap_or(1.0)) } else { None },
+        violation_targets: targets.clone(),
+        policies: out,
+        core: params::core_options(st.config.record_max_ops),
+        tenants: Vec::new(),
+    })
 }
 
 async fn check_policies(st: &AppState, body: &NewRun) -> ApiResult<Vec<String>> {
@@ -243,5 +310,5 @@ async fn cancel_run(State(st): State<AppState>, caller: Caller, ApiPath(id): Api
         return Err(ApiError::conflict("status", "the run already ended"));
     }
     crate::db::audit(&st.db, &caller.actor(), "run.cancel", &id.to_string(), serde_json::json!({})).await?;
-    crate::db::runs::get(&st.db, id).await?.map(Json).ok_or(ApiError::NotFound)
+    crate::db::runs::get(&st.db, id).await?.map(Json).ok_or_else(|| ApiError::missing("run", id))
 }

@@ -124,14 +124,15 @@ async fn current_sla(st: &AppState, id: Uuid) -> ApiResult<Option<SlaVersion>> {
 
 /// The tenant, if it exists and the caller may see it (404 otherwise, whichever it is).
 async fn visible(st: &AppState, caller: &Caller, id: Uuid) -> ApiResult<Tenant> {
-    caller.sees_tenant(id)?;
+    // Another tenant's id gets the very answer an unknown id gets.
+    caller.sees_tenant(id).map_err(|_| ApiError::missing("tenant", id))?;
     let mut t: Tenant = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select {TENANT_COLUMNS} from tenants where id = $1 and removed_at is null"
     )))
     .bind(id)
     .fetch_optional(&st.db)
     .await?
-    .ok_or(ApiError::NotFound)?;
+    .ok_or_else(|| ApiError::missing("tenant", id))?;
     t.sla = current_sla(st, id).await?;
     Ok(t)
 }
@@ -260,7 +261,7 @@ async fn remove_tenant(
     .bind(&actor)
     .fetch_optional(&mut *tx)
     .await?
-    .ok_or(ApiError::NotFound)?;
+    .ok_or_else(|| ApiError::missing("tenant", id))?;
     let revoked = sqlx::query(
         "update api_keys set revoked_at = now(), revoked_by = $2 where tenant_id = $1 and revoked_at is null",
     )
@@ -289,7 +290,7 @@ async fn get_sla(
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<SlaVersion>> {
-    visible(&st, &caller, id).await?.sla.map(Json).ok_or(ApiError::NotFound)
+    visible(&st, &caller, id).await?.sla.map(Json).ok_or_else(|| ApiError::missing("tenant", id))
 }
 
 #[utoipa::path(put, path = "/api/v1/tenants/{id}/sla", tag = "tenants", params(("id" = Uuid, Path)),
@@ -315,7 +316,7 @@ async fn put_sla(
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?;
-    locked.ok_or(ApiError::NotFound)?;
+    locked.ok_or_else(|| ApiError::missing("tenant", id))?;
     let (last,): (Option<i32>,) = sqlx::query_as("select max(version) from sla_versions where tenant_id = $1")
         .bind(id)
         .fetch_one(&mut *tx)
@@ -331,7 +332,7 @@ async fn put_sla(
     )
     .await?;
     tx.commit().await?;
-    current_sla(&st, id).await?.map(Json).ok_or(ApiError::NotFound)
+    current_sla(&st, id).await?.map(Json).ok_or_else(|| ApiError::missing("tenant", id))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -357,13 +358,29 @@ async fn sla_history(
     Ok(Json(SlaHistory { items }))
 }
 
-/// The tenant's figures in one replay (the replay's per-tenant summary).
+/// The tenant's figures in one replay attributed to it (the replay's per-tenant summary)
+/// and the SLA version they were judged against.
 #[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
 pub struct TenantRunStats {
     pub run_id: Uuid,
     pub scenario: String,
     pub policies: Vec<String>,
+    pub rate_scale: Option<f64>,
+    pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The tenant's name in the scenario.
+    pub scenario_tenant: String,
+    /// `request` (named in the run request) or `name` (matched by name).
+    pub matched_by: String,
+    /// The SLA version in force when the run started, applied to its requests.
+    pub sla_version: i32,
+    pub sla_ttft_ms: f64,
+    pub sla_ttft_ms_per_1k: f64,
+    pub sla_tpot_ms: f64,
+    /// Share of the tenant's requests within that SLA (1 − violation rate).
+    pub attainment: f64,
+    /// The run's plugin failed and the fallback took some decisions.
+    pub fallback: bool,
     /// requests, completed, violation_rate, TTFT/TPOT percentiles, tokens/s, SLA used.
     #[schema(value_type = Object)]
     pub stats: serde_json::Value,
@@ -373,8 +390,12 @@ pub struct TenantRunStats {
 pub struct TenantStats {
     pub tenant_id: Uuid,
     pub name: String,
-    /// Succeeded replays with a tenant of this name, newest first (at most 100).
+    /// Succeeded replays attributed to this tenant (named in the run request, or
+    /// matched by name when the run started: never runs from before the tenant
+    /// existed), newest first (at most 100).
     pub runs: Vec<TenantRunStats>,
+    /// Every SLA version, oldest first: what the attainment chart marks.
+    pub sla_versions: Vec<SlaVersion>,
 }
 
 #[utoipa::path(get, path = "/api/v1/tenants/{id}/stats", tag = "tenants", params(("id" = Uuid, Path)),
@@ -382,13 +403,24 @@ pub struct TenantStats {
 async fn stats(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<TenantStats>> {
     let t = visible(&st, &caller, id).await?;
     let runs = sqlx::query_as(
-        "select r.id as run_id, r.scenario, r.policies, r.finished_at, e.value as stats \
-         from runs r cross join lateral jsonb_array_elements(r.summary -> 'tenants') e \
-         where r.kind = 'replay' and r.status = 'succeeded' and $1 = any(r.tenant_names) and e.value ->> 'name' = $1 \
-         order by r.finished_at desc limit 100",
+        "select r.id as run_id, r.scenario, r.policies, r.rate_scale, r.started_at, r.finished_at, rt.scenario_tenant, \
+                rt.matched_by, rt.sla_version, rt.ttft_ms as sla_ttft_ms, rt.ttft_ms_per_1k as sla_ttft_ms_per_1k, \
+                rt.tpot_ms as sla_tpot_ms, 1 - coalesce((e.value ->> 'violation_rate')::float8, 1) as attainment, \
+                r.fallback is not null as fallback, e.value as stats \
+         from run_tenants rt join runs r on r.id = rt.run_id \
+         cross join lateral jsonb_array_elements(r.summary -> 'tenants') e \
+         where rt.tenant_id = $1 and r.kind = 'replay' and r.status = 'succeeded' \
+           and e.value ->> 'name' = rt.scenario_tenant \
+         order by r.started_at desc, r.id desc limit 100",
     )
-    .bind(&t.name)
+    .bind(t.id)
     .fetch_all(&st.db)
     .await?;
-    Ok(Json(TenantStats { tenant_id: t.id, name: t.name, runs }))
+    let sla_versions = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {SLA_COLUMNS} from sla_versions where tenant_id = $1 order by version"
+    )))
+    .bind(t.id)
+    .fetch_all(&st.db)
+    .await?;
+    Ok(Json(TenantStats { tenant_id: t.id, name: t.name, runs, sla_versions }))
 }

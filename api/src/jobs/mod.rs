@@ -2,10 +2,14 @@
 //! lets at most `max_concurrent_runs` execute at once while the rest wait queued.
 //! Progress reaches the database at most every [`PROGRESS_EVERY`]; cancelling sets the
 //! run's flag, which the simulator polls; at start-up, runs a previous process left
-//! running are marked `interrupted`.
+//! running are marked `interrupted`, and on shutdown (SIGTERM) the runs this process
+//! is executing are cancelled at once and marked `interrupted`. Timeline windows
+//! (`window.rs`) are recorded by the same runner, under the same slots.
 
+pub mod params;
 mod replay;
 mod sweep;
+mod window;
 
 pub use replay::{trace_decisions, DECISION_SPANS};
 
@@ -36,8 +40,10 @@ struct Inner {
     metrics: Arc<Metrics>,
     /// One permit per run allowed to execute at once.
     slots: Arc<Semaphore>,
-    /// Cancel flags of runs queued or running in this process.
+    /// Cancel flags of runs (and timeline windows) queued or running in this process.
     flags: Mutex<HashMap<Uuid, Arc<AtomicBool>>>,
+    /// Executions holding a slot now.
+    running: std::sync::atomic::AtomicUsize,
 }
 
 /// What a run's execution reports while it goes.
@@ -63,7 +69,9 @@ pub enum Outcome {
 impl Jobs {
     pub fn new(db: PgPool, config: Arc<Config>, metrics: Arc<Metrics>) -> Jobs {
         let slots = Arc::new(Semaphore::new(config.max_concurrent_runs.max(1)));
-        Jobs { inner: Arc::new(Inner { db, config, metrics, slots, flags: Mutex::new(HashMap::new()) }) }
+        let inner =
+            Inner { db, config, metrics, slots, flags: Mutex::new(HashMap::new()), running: Default::default() };
+        Jobs { inner: Arc::new(inner) }
     }
 
     /// Marks runs of a previous process and queues again those that never started.
@@ -75,7 +83,71 @@ impl Jobs {
         for id in queued {
             self.submit(id);
         }
+        for id in db::windows::recover(&self.inner.db).await? {
+            spawn_window(&self.inner, id);
+        }
         Ok(interrupted)
+    }
+
+    /// Queues the recording of a timeline window already inserted as `queued`.
+    pub fn submit_window(&self, id: Uuid) {
+        spawn_window(&self.inner, id);
+    }
+
+    /// Cancels a queued or running window; false when it already ended.
+    pub async fn cancel_window(&self, id: Uuid) -> Result<bool, sqlx::Error> {
+        let r = sqlx::query(
+            "update run_windows set status = 'cancelled', finished_at = now() where id = $1 and status = 'queued'",
+        )
+        .bind(id)
+        .execute(&self.inner.db)
+        .await?;
+        let flag = self.inner.flags.lock().expect("flags lock").get(&id).cloned();
+        if let Some(f) = flag {
+            f.store(true, Ordering::Relaxed);
+            return Ok(true);
+        }
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Shutting down: every run and window this process is executing is cancelled and
+    /// marked `interrupted` (their results were not stored and never will be); queued
+    /// ones stay queued for the next start. Waits at most `grace` for the replays to
+    /// notice their flag, so the process can exit promptly.
+    pub async fn shutdown(&self, grace: Duration) -> Result<u64, sqlx::Error> {
+        let ids: Vec<Uuid> = {
+            let flags = self.inner.flags.lock().expect("flags lock");
+            for f in flags.values() {
+                f.store(true, Ordering::Relaxed);
+            }
+            flags.keys().copied().collect()
+        };
+        let msg = "the service was stopped (SIGTERM or SIGINT) while this run was running";
+        let n = sqlx::query(
+            "update runs set status = 'interrupted', finished_at = now(), error = $2 \
+             where id = any($1) and status = 'running'",
+        )
+        .bind(&ids)
+        .bind(msg)
+        .execute(&self.inner.db)
+        .await?
+        .rows_affected();
+        sqlx::query(
+            "update run_windows set status = 'interrupted', finished_at = now(), error = $2 \
+             where id = any($1) and status = 'running'",
+        )
+        .bind(&ids)
+        .bind(msg)
+        .execute(&self.inner.db)
+        .await?;
+        if n > 0 {
+            tracing::warn!(interrupted = n, "runs interrupted by shutdown");
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.inner.running.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(n)
     }
 
     /// Queues a run already inserted with status `queued`.
@@ -90,11 +162,13 @@ impl Jobs {
                 let permit = inner.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
                 inner.metrics.runs_in_flight.with_label_values(&["queued"]).dec();
                 inner.metrics.runs_in_flight.with_label_values(&["running"]).inc();
+                inner.running.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = execute(&inner, id, flag).await {
                     tracing::error!(error = %e, "run bookkeeping failed");
                 }
-                inner.metrics.runs_in_flight.with_label_values(&["running"]).dec();
                 inner.flags.lock().expect("flags lock").remove(&id);
+                inner.running.fetch_sub(1, Ordering::Relaxed);
+                inner.metrics.runs_in_flight.with_label_values(&["running"]).dec();
                 drop(permit);
             }
             .instrument(span),
@@ -126,6 +200,58 @@ impl Jobs {
     pub fn in_flight(&self) -> usize {
         self.inner.flags.lock().expect("flags lock").len()
     }
+}
+
+/// Records a timeline window in the background, holding a run slot while it replays.
+fn spawn_window(inner: &Arc<Inner>, id: Uuid) {
+    let flag = Arc::new(AtomicBool::new(false));
+    inner.flags.lock().expect("flags lock").insert(id, flag.clone());
+    let inner = inner.clone();
+    let span = tracing::info_span!("timeline_window", window_id = %id);
+    tokio::spawn(
+        async move {
+            let permit = inner.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+            inner.running.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = execute_window(&inner, id, flag).await {
+                tracing::error!(error = %e, "timeline window bookkeeping failed");
+            }
+            inner.flags.lock().expect("flags lock").remove(&id);
+            inner.running.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        }
+        .instrument(span),
+    );
+}
+
+async fn execute_window(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -> Result<(), sqlx::Error> {
+    let db = &inner.db;
+    if !db::windows::start(db, id).await? {
+        return Ok(());
+    }
+    let Some(w) = db::windows::get(db, id).await? else { return Ok(()) };
+    let (tx, mut rx) = watch::channel(0.0);
+    let writer = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let p = *rx.borrow_and_update();
+                let _ = db::windows::set_progress(&db, id, p).await;
+                tokio::time::sleep(PROGRESS_EVERY).await;
+            }
+        })
+    };
+    let cancelled = cancel.clone();
+    let outcome = window::execute(inner, w, Ctx { cancel, progress: tx }).await;
+    let _ = writer.await;
+    match outcome {
+        Ok(()) => tracing::info!("timeline window recorded"),
+        Err(_) if cancelled.load(Ordering::Relaxed) => db::windows::finish(db, id, "cancelled", None).await?,
+        Err(e) => {
+            tracing::warn!(error = %e, "recording a timeline window failed");
+            db::windows::finish(db, id, "failed", Some(&e)).await?
+        }
+    }
+    Ok(())
 }
 
 async fn execute(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -> Result<(), sqlx::Error> {

@@ -1,8 +1,10 @@
 //! One replay: plan the policy's replicas, replay on the blocking pool, store the
 //! records, series (and the recorded ops and sampled decisions) in one transaction.
 
+use super::params::{self, RunParams};
 use super::{succeed, Ctx, Inner, Outcome};
 use slicesched_sim::{OpWindow, ReplayOptions, ReplayResult, Scenario};
+use std::collections::BTreeMap;
 
 /// Every this many policy calls one is kept in the run's decision history.
 pub const DECISION_SAMPLE: u64 = 16;
@@ -30,40 +32,94 @@ pub fn replay_blocking(
     Ok(r)
 }
 
+/// The run's parameters: as stored when it was accepted, else (a run queued before
+/// parameters were recorded) resolved now.
+pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) -> Result<RunParams, String> {
+    if let Some(p) = spec.params.as_ref().and_then(|v| serde_json::from_value::<RunParams>(v.clone()).ok()) {
+        return Ok(p);
+    }
+    let mut policies = Vec::new();
+    for name in &spec.policies {
+        let p = params::resolve_policy(&inner.db, name).await.map_err(|e| e.to_string())?;
+        policies.push(p.ok_or_else(|| format!("no active policy or plugin named `{name}`"))?);
+    }
+    Ok(RunParams {
+        scenario: spec.scenario.clone(),
+        scenario_sha256: params::sha256_hex(&spec.scenario_toml),
+        seed: 0,
+        rate_scale: spec.rate_scale,
+        violation_targets: spec.violation_targets.clone(),
+        policies,
+        core: params::core_options(inner.config.record_max_ops),
+        tenants: Vec::new(),
+    })
+}
+
+/// Loads the run's scenario (blocking: it reads trace files) with its rate scale.
+pub(super) async fn load_scenario(inner: &Inner, spec: &crate::db::runs::RunSpec) -> Result<Scenario, String> {
+    let dir = inner.config.scenarios_dir.clone();
+    let (name, text, scale) = (spec.scenario.clone(), spec.scenario_toml.clone(), spec.rate_scale);
+    tokio::task::spawn_blocking(move || {
+        let scenario = crate::scenarios::load(&dir, &name, &text)?;
+        Ok(match scale {
+            Some(s) => scenario.with_rate_scale(s),
+            None => scenario,
+        })
+    })
+    .await
+    .map_err(|e| format!("loading the scenario panicked: {e}"))?
+}
+
+/// The scenario tenants' registered tenants, attributed when the run starts.
+pub(super) fn requested_tenants(spec: &crate::db::runs::RunSpec) -> BTreeMap<String, uuid::Uuid> {
+    spec.tenant_map.as_ref().and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default()
+}
+
 pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx: Ctx) -> Outcome {
-    let Some(policy_name) = spec.policies.first().cloned() else {
-        return Outcome::Failed("a replay needs one policy".into());
-    };
-    let mut instance = match crate::policies::instantiate(&inner.db, &policy_name).await {
+    let mut params = match params_of(inner, spec).await {
         Ok(p) => p,
         Err(e) => return Outcome::Failed(e),
     };
-    let dir = inner.config.scenarios_dir.clone();
-    let (name, text, scale) = (spec.scenario.clone(), spec.scenario_toml.clone(), spec.rate_scale);
+    let Some(policy) = params.policies.first().cloned() else {
+        return Outcome::Failed("a replay needs one policy".into());
+    };
+    let scenario = match load_scenario(inner, spec).await {
+        Ok(s) => s,
+        Err(e) => return Outcome::Failed(e),
+    };
+    params.seed = scenario.spec.seed;
+    params.tenants =
+        match params::attribute(&inner.db, &params::scenario_slas(&scenario), &requested_tenants(spec)).await {
+            Ok(t) => t,
+            Err(e) => return Outcome::Failed(e),
+        };
+    if let Err(e) = params::record_start(&inner.db, spec.id, &params).await {
+        return Outcome::Failed(format!("recording the run's parameters: {e}"));
+    }
+    let scenario = params::apply(scenario, &params.tenants);
+    let mut instance = match params::instantiate(&inner.db, &policy, true).await {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(e),
+    };
     let record = OpWindow::all(inner.config.record_max_ops as usize);
     let joined = tokio::task::spawn_blocking(move || {
-        let scenario = crate::scenarios::load(&dir, &name, &text)?;
-        let scenario = match scale {
-            Some(s) => scenario.with_rate_scale(s),
-            None => scenario,
-        };
         let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
         let opts = ReplayOptions {
             time_decisions: true,
             progress_every: 1 << 16,
             record_ops: Some(record),
+            record_busy: true,
             sample_decisions_every: DECISION_SAMPLE,
             ..ReplayOptions::default()
         };
         let r = replay_blocking(&scenario, instance.policy(), &ctx, opts, &mut |f| {
             let _ = ctx.progress.send(f * 0.95);
         });
-        Ok::<_, String>((r, names, ctx, instance))
+        (r, names, ctx, instance)
     })
     .await;
     let (r, names, ctx, instance) = match joined {
-        Ok(Ok(x)) => x,
-        Ok(Err(e)) => return Outcome::Failed(e),
+        Ok(x) => x,
         Err(e) => return Outcome::Failed(format!("the replay panicked: {e}")),
     };
     // The host quarantined the plugin during the replay: its row says so from now on,
@@ -73,6 +129,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             tracing::error!(error = %e, %plugin, "writing the plugin's quarantine back failed");
         }
     }
+    let fallback = params::fallback_of(&instance);
     let r = match r {
         Ok(r) => r,
         Err(e) => return Outcome::Failed(e),
@@ -85,9 +142,12 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Ok(v) => v,
         Err(e) => return Outcome::Failed(format!("summary: {e}")),
     };
-    match store(inner, spec.id, &r, &names, &summary).await {
-        Ok(()) => {
+    match store(inner, spec, &r, &names, &summary, fallback.as_ref()).await {
+        Ok(windows) => {
             inner.metrics.record_replay(&r.summary);
+            for w in windows {
+                super::spawn_window(inner, w);
+            }
             Outcome::Done(summary)
         }
         Err(e) => Outcome::Failed(format!("storing the results: {e}")),
@@ -96,16 +156,34 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
 
 async fn store(
     inner: &Inner,
-    id: uuid::Uuid,
+    spec: &crate::db::runs::RunSpec,
     r: &ReplayResult,
     names: &[String],
     summary: &serde_json::Value,
-) -> Result<(), sqlx::Error> {
+    fallback: Option<&params::Fallback>,
+) -> Result<Vec<uuid::Uuid>, sqlx::Error> {
+    let id = spec.id;
     let mut tx = inner.db.begin().await?;
     crate::db::results::store_replay(&mut tx, id, r, names).await?;
     crate::db::latency::store(&mut tx, id, None).await?;
+    if let Some(b) = &r.busy {
+        crate::db::busy::store(&mut tx, id, b).await?;
+    }
+    let max_ops = inner.config.record_max_ops as usize;
+    crate::db::windows::insert_start(&mut tx, id, &r.ops, max_ops, &spec.created_by).await?;
+    let start_to = (!r.ops.is_empty()).then(|| {
+        let to = r.ops.iter().map(|o| o.end_ns).max().unwrap_or(0) + 1;
+        crate::db::windows::recorded_to(&r.ops, to, max_ops)
+    });
+    let windows = super::window::queue_automatic(&mut tx, id, r, start_to).await?;
+    if let Some(f) = fallback {
+        let v = serde_json::to_value(f).expect("fallback serialises");
+        sqlx::query("update runs set fallback = $2 where id = $1").bind(id).bind(&v).execute(&mut *tx).await?;
+        crate::db::audit(&mut *tx, &format!("system:run:{id}"), "run.fallback", &id.to_string(), v).await?;
+    }
     succeed(&mut tx, id, summary).await?;
-    tx.commit().await
+    tx.commit().await?;
+    Ok(windows)
 }
 
 /// Most spans of sampled decisions one replay emits: the sampled decisions of a long

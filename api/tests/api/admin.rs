@@ -137,9 +137,12 @@ async fn a_removed_tenant_answers_404_keeps_its_history_and_loses_its_keys(pool:
     for sub in ["", "/sla", "/sla/history", "/stats"] {
         for token in [ADMIN, ana.as_str()] {
             let gone = get(&app, &format!("/api/v1/tenants/{ta}{sub}"), token).await;
-            let missing = get(&app, &format!("/api/v1/tenants/{}{sub}", uuid::Uuid::new_v4()), token).await;
+            let other = uuid::Uuid::new_v4().to_string();
+            let missing = get(&app, &format!("/api/v1/tenants/{other}{sub}"), token).await;
             assert_eq!(gone.0, StatusCode::NOT_FOUND, "{sub}: {}", gone.1);
-            assert_eq!(gone, missing);
+            // The same answer, naming the id asked for.
+            let unnamed = |v: &Value, id: &str| v.to_string().replace(id, "ID");
+            assert_eq!((gone.0, unnamed(&gone.1, &ta)), (missing.0, unnamed(&missing.1, &other)));
         }
     }
     let (s, _) = call(

@@ -9,3 +9,4 @@ mod http;
 mod matrix;
 mod plugins;
 mod runs;
+mod truth;

@@ -151,6 +151,17 @@ async fn a_plugin_the_host_quarantines_during_a_run_is_marked_quarantined(pool: 
     // The run completes under the fallback, nothing lost...
     assert_eq!(run["status"], "succeeded", "{run}");
     assert_eq!(run["summary"]["completed"], run["summary"]["requests"]);
+    // ...and says it ran under the fallback, with how many decisions that took.
+    let f = &run["fallback"];
+    assert_eq!(
+        (f["quarantined"].as_bool(), f["policy"].as_str(), f["plugin"].as_str()),
+        (Some(true), Some("dedicated"), Some("hostile")),
+        "{run}"
+    );
+    assert!(f["decisions"].as_u64().unwrap() > 0 && f["failures"] == 3, "{f}");
+    assert_eq!(run["params"]["policies"][0]["kind"], "wasm");
+    let (_, list) = get(&app, "/api/v1/runs", ADMIN).await;
+    assert_eq!(list["items"].as_array().unwrap().iter().find(|r| r["id"] == run["id"]).unwrap()["fallback"], *f);
     // ...and the plugin's row says what the host decided, with the cause in the audit log.
     let (_, p) = get(&app, &format!("/api/v1/plugins/{id}"), ADMIN).await;
     assert_eq!(p["state"], "quarantined", "{p}");

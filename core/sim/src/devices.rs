@@ -18,6 +18,7 @@ pub(crate) struct GpuRt {
     pub idle_since: u64,
     pub busy_ns: u64,
     pub gaps: GapHistogram,
+    pub gap_lengths: crate::metrics::GapLengths,
     pub ledger: MemLedger,
     pub busy_until: u64,
     pub ops: u64,
@@ -81,6 +82,7 @@ impl Devices {
                 idle_since: 0,
                 busy_ns: 0,
                 gaps: GapHistogram::default(),
+                gap_lengths: Default::default(),
                 ledger: MemLedger::new(g.sku.memory),
                 busy_until: 0,
                 ops: 0,
@@ -218,6 +220,7 @@ impl Devices {
             gpu.lane_busy[l] = true;
             if gpu.busy_lanes == 0 {
                 gpu.gaps.record(now - gpu.idle_since);
+                gpu.gap_lengths.record(now - gpu.idle_since);
                 gpu.busy_since = now;
             }
             gpu.busy_lanes += 1;

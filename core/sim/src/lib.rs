@@ -10,6 +10,7 @@
 //! same scenario and seed give the same result bit for bit. Wall-clock figures are
 //! measured by callers and reported under `timing`.
 
+mod busy;
 mod devices;
 mod exec;
 mod kvpool;
@@ -23,6 +24,7 @@ mod scenario;
 mod summary;
 
 pub use exec::{ExecOp, OpExecutor};
+pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
 pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,

@@ -87,7 +87,8 @@ impl GapHistogram {
     pub fn total_idle_ns(&self) -> u64 {
         self.idle_ns.iter().sum()
     }
-    /// Gap-length quantile (bucket upper edge), ms.
+    /// Gap-length quantile read off the histogram (a bucket's upper edge), ms. The
+    /// summary's percentiles come from [`GapLengths`] instead: the gaps themselves.
     pub fn quantile_ms(&self, q: f64) -> f64 {
         let n = self.total_count();
         if n == 0 {
@@ -116,6 +117,34 @@ impl GapHistogram {
             }
         }
         acc as f64 / total as f64
+    }
+}
+
+/// Every idle gap's length on one GPU, kept compactly (u32 ns, the rare longer ones
+/// aside), so the summary's gap percentiles are computed from the gaps themselves, not
+/// read off histogram bin edges.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GapLengths {
+    short: Vec<u32>,
+    long: Vec<u64>,
+}
+
+impl GapLengths {
+    pub fn record(&mut self, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        match u32::try_from(ns) {
+            Ok(v) => self.short.push(v),
+            Err(_) => self.long.push(ns),
+        }
+    }
+
+    /// Nearest-rank quantiles (the definition the latency percentiles use), ms; 0 when
+    /// the GPU never idled.
+    pub fn quantiles_ms(&self, qs: &[f64]) -> Vec<f64> {
+        let mut all: Vec<u64> = self.short.iter().map(|&v| v as u64).chain(self.long.iter().copied()).collect();
+        qs.iter().map(|&q| quantile_ms(&mut all, q)).collect()
     }
 }
 
@@ -309,6 +338,17 @@ pub(crate) fn quantile_ms(v: &mut [u64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gap_percentiles_are_the_gaps_own_lengths() {
+        let mut g = GapLengths::default();
+        for ns in [1_200_000, 300_000, 5_000_000_000, 700_000, 0] {
+            g.record(ns);
+        }
+        // Four gaps (a zero gap is none): p50 is the second shortest, p99 the longest.
+        assert_eq!(g.quantiles_ms(&[0.5, 0.99]), vec![0.7, 5_000.0]);
+        assert_eq!(GapLengths::default().quantiles_ms(&[0.5]), vec![0.0]);
+    }
 
     #[test]
     fn gap_buckets_are_log_spaced() {

@@ -28,6 +28,13 @@ pub struct ReplayOptions {
     pub record_ops: Option<crate::OpWindow>,
     /// Record every n-th policy call (0: none).
     pub sample_decisions_every: u64,
+    /// Record the whole run's per-GPU, per-tenant busy buckets
+    /// ([`ReplayResult::busy`]); the width follows the horizon ([`crate::bucket_ns_for`]).
+    pub record_busy: bool,
+    /// Stop once the clock passes this instant (a window's ops are recorded by
+    /// replaying only up to its end: the replay is deterministic, so its prefix is the
+    /// same as the whole run's).
+    pub stop_after_ns: Option<u64>,
     /// Set from another thread to stop the replay at the next progress report; the
     /// result then says `cancelled` and covers the replay up to that point.
     pub cancel: Option<Arc<AtomicBool>>,
@@ -46,6 +53,8 @@ impl Default for ReplayOptions {
             time_decisions: false,
             record_ops: None,
             sample_decisions_every: 0,
+            record_busy: false,
+            stop_after_ns: None,
             cancel: None,
             follow_producer: true,
         }
@@ -74,6 +83,8 @@ pub struct ReplayResult {
     pub ops: Vec<crate::OpRecord>,
     /// Sampled policy calls ([`ReplayOptions::sample_decisions_every`]).
     pub decisions: Vec<crate::DecisionRecord>,
+    /// The whole run's busy buckets ([`ReplayOptions::record_busy`]).
+    pub busy: Option<crate::BusyBuckets>,
     /// Stopped early through [`ReplayOptions::cancel`].
     pub cancelled: bool,
 }
@@ -162,6 +173,7 @@ pub(crate) struct Sim<'a> {
     pub group_links: Vec<slicesched_hw::Link>,
     pub inst_views: Vec<InstanceView>,
     pub rec: crate::record::Recorder,
+    pub busy: Option<crate::busy::BusyRecorder>,
     pub cancelled: bool,
     /// Per GPU, the KV pool its instances share (empty: every engine keeps its own).
     pub kv_pools: Vec<crate::kvpool::GpuPool>,
@@ -285,6 +297,7 @@ pub fn replay_with<'a>(
         inst_views: Vec::new(),
         epoch: slicesched_policy::new_epoch(),
         rec,
+        busy: None,
         cancelled: false,
         kv_pools: Vec::new(),
         kv_shares: Vec::new(),
@@ -294,6 +307,13 @@ pub fn replay_with<'a>(
     sim.init_kv_pools();
     if sim.policy.reads_view() {
         sim.timeline = Some(sim.new_timeline());
+    }
+    if sim.opts.record_busy {
+        // Sized for the arrivals and a tenth more: a run ends soon after its last
+        // arrival, not at the drain window's limit (rows grow if it does not).
+        let last = scn.requests.last().map_or(0, |r| r.1.arrival_ns);
+        let w = crate::busy::bucket_ns_for(last + last / 10 + 1_000_000_000);
+        sim.busy = Some(crate::busy::BusyRecorder::new(w, n_gpus, scn.tenants.len()));
     }
     sim.run(progress);
     sim.finish()
@@ -345,6 +365,7 @@ impl Sim<'_> {
 
     fn run(&mut self, progress: &mut dyn FnMut(&Progress)) {
         let horizon = self.horizon();
+        let stop = self.opts.stop_after_ns.map_or(horizon, |s| s.min(horizon));
         let mut next_arrival = 0usize;
         let mut next_report = self.opts.progress_every;
         loop {
@@ -360,7 +381,7 @@ impl Sim<'_> {
             };
             if take_arrival {
                 let t = arr.expect("arrival");
-                if t > horizon {
+                if t > stop {
                     break;
                 }
                 self.now = t;
@@ -369,7 +390,7 @@ impl Sim<'_> {
                 continue;
             }
             let Reverse((t, _, ev)) = self.events.pop().expect("event");
-            if t > horizon {
+            if t > stop {
                 break;
             }
             self.now = t;
@@ -380,14 +401,14 @@ impl Sim<'_> {
             }
             if self.op_events >= next_report {
                 next_report += self.opts.progress_every;
-                progress(&self.progress(horizon));
+                progress(&self.progress(stop));
                 if self.opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
                     self.cancelled = true;
                     break;
                 }
             }
         }
-        progress(&self.progress(horizon));
+        progress(&self.progress(stop));
     }
 
     fn progress(&self, horizon: u64) -> Progress {
@@ -531,6 +552,9 @@ impl Sim<'_> {
         if self.rec.wants(start) {
             self.record_op(op, group);
         }
+        if self.busy.is_some() {
+            self.record_busy(op, group, start, tenant);
+        }
         self.ready.clear();
         self.freed.clear();
         let done = self.gmg.finish(op, self.now, &mut self.ready, &mut self.freed);
@@ -579,6 +603,16 @@ impl Sim<'_> {
         self.start_iterations(inst);
     }
 
+    /// Adds a finished op's time to the busy buckets of every GPU of its group.
+    fn record_busy(&mut self, op: OpId, group: GroupId, start: u64, tenant: TenantId) {
+        let borrowed = group != self.insts[self.iter_of(op).inst as usize].group;
+        let now = self.now;
+        let Some(b) = self.busy.as_mut() else { return };
+        for g in &self.scn.deployment.group(group).gpus {
+            b.add(g.0 as usize, tenant.index(), start, now, borrowed);
+        }
+    }
+
     /// Records a finished op once per GPU of its group.
     fn record_op(&mut self, op: OpId, group: GroupId) {
         let n = self.gmg.op(op);
@@ -609,6 +643,7 @@ impl Sim<'_> {
         for g in &mut self.dev.gpus {
             if !g.busy() {
                 g.gaps.record(end - g.idle_since);
+                g.gap_lengths.record(end - g.idle_since);
             }
         }
         for inst in &self.insts {
@@ -632,6 +667,7 @@ impl Sim<'_> {
             dependency_violations: self.dep_violations,
             ops,
             decisions: std::mem::take(&mut self.rec.decisions),
+            busy: self.busy.take().map(|b| b.finish(end)),
             cancelled: self.cancelled,
         }
     }

@@ -77,15 +77,16 @@ impl Sim<'_> {
             .gpus
             .iter()
             .enumerate()
-            .map(|(i, g)| GpuStats {
+            .map(|(i, g)| (i, g, g.gap_lengths.quantiles_ms(&[0.5, 0.9, 0.99])))
+            .map(|(i, g, gq)| GpuStats {
                 gpu: i as u32,
                 sku: self.scn.cluster.gpus[i].sku.name.clone(),
                 busy_fraction: g.busy_ns as f64 / end as f64,
                 busy_s: g.busy_ns as f64 / 1e9,
                 idle_gaps: g.gaps.total_count(),
-                idle_gap_p50_ms: g.gaps.quantile_ms(0.5),
-                idle_gap_p90_ms: g.gaps.quantile_ms(0.9),
-                idle_gap_p99_ms: g.gaps.quantile_ms(0.99),
+                idle_gap_p50_ms: gq[0],
+                idle_gap_p90_ms: gq[1],
+                idle_gap_p99_ms: gq[2],
                 idle_share_le_1ms: g.gaps.idle_fraction_below_ms(1.0),
                 idle_share_le_10ms: g.gaps.idle_fraction_below_ms(10.0),
                 idle_share_le_100ms: g.gaps.idle_fraction_below_ms(100.0),

@@ -60,3 +60,42 @@ fn a_cancelled_replay_stops_early_and_says_so() {
     assert!(r.cancelled);
     assert!(r.summary.op_events < full.summary.op_events / 2, "{} vs {}", r.summary.op_events, full.summary.op_events);
 }
+
+#[test]
+fn busy_buckets_cover_the_whole_run_and_change_nothing() {
+    let scn = scenario(TWO_TENANTS);
+    let plain = run(&scn, ReplayOptions::default());
+    let r = run(&scn, ReplayOptions { record_busy: true, ..Default::default() });
+    assert_eq!(without_timing(&plain.summary), without_timing(&r.summary), "recording must not change the replay");
+    assert!(plain.busy.is_none());
+    let b = r.busy.expect("recorded");
+    assert!(b.bucket_ns <= 10_000_000 && b.buckets as u64 <= 65_536, "{} ns × {}", b.bucket_ns, b.buckets);
+    assert!(b.buckets as f64 * b.bucket_ns as f64 >= r.summary.duration_s * 1e9);
+    // Under dedicated each GPU runs one tenant, one op at a time: its row is the GPU's
+    // busy time and op count, and no bucket holds more than its width.
+    assert_eq!(b.rows.iter().map(|x| (x.gpu, x.tenant)).collect::<Vec<_>>(), vec![(0, 0), (1, 1), (2, 1)]);
+    for row in &b.rows {
+        let g = &r.summary.gpus[row.gpu as usize];
+        let busy: u64 = row.busy_ns.iter().map(|&v| v as u64).sum();
+        assert!((busy as f64 / 1e9 - g.busy_s).abs() < 1e-6, "GPU {}: {busy} ns vs {} s", row.gpu, g.busy_s);
+        assert_eq!(row.ops.iter().map(|&v| v as u64).sum::<u64>(), g.ops);
+        assert!(row.busy_ns.iter().all(|&v| v as u64 <= b.bucket_ns));
+        assert!(row.borrowed_ns.iter().all(|&v| v == 0));
+        assert!(row.busy_ns.len() == b.buckets && row.ops.len() == b.buckets);
+    }
+    // The late part of the run is there (not only the first ops).
+    let tail = &b.rows[0].busy_ns[b.buckets * 3 / 4..];
+    assert!(tail.iter().any(|&v| v > 0));
+}
+
+#[test]
+fn a_window_replayed_up_to_its_end_records_the_same_ops() {
+    let scn = scenario(TWO_TENANTS);
+    let window = OpWindow { from_ns: 30_000_000_000, to_ns: 30_500_000_000, max_ops: usize::MAX };
+    let whole = run(&scn, ReplayOptions { record_ops: Some(window), ..Default::default() });
+    let stop = window.to_ns + 2_000_000_000;
+    let part = run(&scn, ReplayOptions { record_ops: Some(window), stop_after_ns: Some(stop), ..Default::default() });
+    assert!(!whole.ops.is_empty());
+    assert_eq!(whole.ops, part.ops, "a deterministic prefix records the same ops");
+    assert!(part.summary.op_events < whole.summary.op_events);
+}

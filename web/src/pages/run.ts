@@ -1,9 +1,11 @@
 import { api } from '../api';
 import { clear, h } from '../dom';
 import { ms, num, pct, tokPerS, when, shortId } from '../format';
+import { fallbackText, runLabel } from '../run-label';
+import { FALLBACK_BADGE, WARN_BOX } from '../truth-style';
 import { go } from '../router';
 import type { Run, RunLatency, Series, Summary } from '../types';
-import { badge, card, errorBox, loading, progressBar, section } from '../ui';
+import { badge, card, errorBox, link, loading, progressBar, section, table } from '../ui';
 import { distributions, gpuPanel, seriesCharts, targetClass, tenantTable } from './run-parts';
 import { exportPanel } from './export';
 import { requestsTable, schedulingPanel } from './requests';
@@ -44,15 +46,41 @@ export const runPage: Page = async (main, ctx) => {
 
 function header(run: Run): HTMLElement {
   const s = run.summary as Summary | null;
+  const fb = fallbackText(run);
   return h('div', { class: 'page-head' },
     h('div', null,
-      h('h1', null, `Run ${shortId(run.id)} `, h('small', null, `${run.kind} · ${run.scenario} · ${(run.policies ?? []).join(', ')}`)),
-      h('div', { class: 'meta' }, badge(run.status), ' created ', when(run.created_at),
+      h('h1', null, `Run ${shortId(run.id)} `, h('small', { 'data-testid': 'run-label' }, `${run.kind} · ${runLabel(run)}`)),
+      fb ? h('div', { class: 'state state-warn', style: WARN_BOX, role: 'note', 'data-testid': 'fallback-note' },
+        h('b', null, 'Succeeded with fallback. '), `${fb}. Its figures are partly the fallback’s, not the plugin’s.`) : null,
+      h('div', { class: 'meta' }, run.fallback ? fallbackBadge() : badge(run.status), ' created ', when(run.created_at),
         run.finished_at ? ` · finished ${when(run.finished_at)}` : '',
         s ? ` · simulated ${num(s.duration_s)} s, ${num(s.requests)} requests` : '')),
     run.status === 'queued' || run.status === 'running' ? progressBar(run.progress, run.status, run.kind) : null,
     run.status === 'succeeded' && run.kind === 'replay'
       ? h('a', { class: 'btn btn-primary', href: `#/runs/${run.id}/timeline` }, 'Open timeline') : null);
+}
+
+/** The status of a run whose plugin failed: succeeded, but not by its policy alone. */
+export function fallbackBadge(): HTMLElement {
+  return h('span', { class: 'badge badge-fallback', style: FALLBACK_BADGE, 'data-status': 'succeeded_with_fallback' }, 'succeeded with fallback');
+}
+
+/** Every parameter the run ran with, as stored. */
+export function paramsPanel(run: Run): HTMLElement {
+  const p = run.params;
+  if (!p) return h('p', { class: 'hint', 'data-testid': 'run-params' }, 'This run was stored before runs recorded their parameters.');
+  const row = (k: string, v: string | HTMLElement) => [k, v];
+  const rows: (string | HTMLElement)[][] = [
+    row('Scenario', p.scenario), row('Scenario SHA-256', h('code', null, p.scenario_sha256)), row('Seed', String(p.seed)),
+    ...(run.kind === 'replay' ? [row('Rate scale', `${p.rate_scale ?? 1}×`)] : []),
+    ...(p.violation_targets ? [row('Violation targets', p.violation_targets.map((t) => pct(t)).join(', '))] : []),
+    ...p.policies.map((x) => row(`Policy ${x.name}`, h('span', null, `${x.name} ${x.version} · ${x.kind} · interface ${x.interface_version} · `, h('code', { title: x.sha256 }, x.sha256.slice(0, 16))))),
+    ...p.tenants.map((t) => row(`SLA of ${t.scenario_tenant}`, h('span', null, link(`#/tenants/${t.tenant_id}`, t.tenant),
+      ` v${t.sla_version} (${t.matched_by === 'request' ? 'named in the request' : 'matched by name'}): TTFT ${ms(t.ttft_ms)}${t.ttft_ms_per_1k ? ` + ${ms(t.ttft_ms_per_1k)}/1k` : ''}, TPOT ${ms(t.tpot_ms)}; the scenario file said TTFT ${ms(t.scenario_sla.ttft_ms)}, TPOT ${ms(t.scenario_sla.tpot_ms)}`))),
+    ...Object.entries(p.core).map(([k, v]) => row(k.replace(/_/g, ' '), String(v))),
+  ];
+  if (!p.tenants.length) rows.push(row('SLAs', 'from the scenario file (no scenario tenant is a registered tenant)'));
+  return h('div', { 'data-testid': 'run-params' }, table(['Parameter', 'Value'], rows, 'params'));
 }
 
 async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
@@ -81,6 +109,7 @@ async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
     section('GPUs: busy fraction and idle gaps', gpuPanel(s)),
     section('Requests', requestsTable(run, s)),
     section('Scheduling', schedulingPanel(run, s)),
+    section('How this run ran', paramsPanel(run)),
     section('Export', exportPanel(run)));
 
   // The two slower fetches fill their panels as they arrive; a failure stays local.

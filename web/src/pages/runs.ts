@@ -7,6 +7,8 @@ import { can } from '../session';
 import type { Page as ApiPage, Run, Summary } from '../types';
 import { badge, empty, errorBox, link, loading, progressBar } from '../ui';
 import { newRunForm } from './new-run';
+import { fallbackText, rateLabel } from '../run-label';
+import { FALLBACK_BADGE } from '../truth-style';
 import type { Page } from './page';
 import { allPolicyNames } from './policies';
 import { selectionBar, selectBox } from './selection';
@@ -134,7 +136,7 @@ function cancelButton(r: Run, reload: () => void): HTMLElement {
 
 function runsTable(runs: Run[], reload: () => void, changed: () => void): HTMLElement {
   return h('table', { class: 'tbl runs', 'data-testid': 'runs-table' },
-    h('thead', null, h('tr', null, ['Select', 'Run', 'Kind', 'Scenario', 'Policies', 'Status', 'Progress', 'Created', 'Took',
+    h('thead', null, h('tr', null, ['Select', 'Run', 'Kind', 'Scenario', 'Policies', 'Rate', 'Status', 'Progress', 'Created', 'Took',
       'Violations', 'Output', ''].map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', null, runs.map((r) => {
       const s = r.kind === 'replay' ? (r.summary as Summary | null) : null;
@@ -144,8 +146,14 @@ function runsTable(runs: Run[], reload: () => void, changed: () => void): HTMLEl
         h('td', null, link(`#/runs/${r.id}`, shortId(r.id))),
         h('td', null, r.kind),
         h('td', null, r.scenario),
-        h('td', null, (r.policies ?? []).join(', ')),
-        h('td', null, badge(r.status), r.error ? h('div', { class: 'cell-error', title: r.error }, r.error) : null),
+        h('td', { title: (r.params?.policies ?? []).map((p) => `${p.name} ${p.version} (${p.kind}) sha256 ${p.sha256}`).join('\n') },
+          (r.params?.policies?.length ? r.params.policies.map((p) => `${p.name} ${p.version}`) : (r.policies ?? [])).join(', ')),
+        h('td', { class: 'num', 'data-rate': rateLabel(r) ?? '' }, rateLabel(r) ?? '–'),
+        h('td', null, r.fallback
+          ? h('span', { class: 'badge badge-fallback', style: FALLBACK_BADGE, 'data-status': 'succeeded_with_fallback', title: fallbackText(r) ?? '' }, 'succeeded with fallback')
+          : badge(r.status),
+        r.fallback ? h('div', { class: 'cell-error', 'data-testid': 'fallback-cell' }, fallbackText(r)) : null,
+        r.error ? h('div', { class: 'cell-error', title: r.error }, r.error) : null),
         h('td', null, progressBar(r.progress, r.status, r.kind)),
         h('td', null, when(r.created_at)),
         h('td', null, took),

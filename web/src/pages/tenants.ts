@@ -1,4 +1,5 @@
 import { api, ApiError } from '../api';
+import { attainmentChart } from '../charts/attainment';
 import { lineChart } from '../charts/line';
 import { clear, h } from '../dom';
 import { ms, num, pct, shortId, tokPerS, when } from '../format';
@@ -88,7 +89,7 @@ export const tenantPage: Page = async (main, ctx) => {
       String(s.version ?? ''), slaTtft(s), ms(s.tpot_ms), s.changed_by ?? '–', when(s.changed_at)]), 'sla-history'));
   };
   await loadSla().catch((e) => slaBox.append(errorBox(e)));
-  await api<{ runs?: RunStats[] }>(`/tenants/${id}/stats`).then((s) => statsBox.append(statsView(s)))
+  await api<StatsAnswer>(`/tenants/${id}/stats`).then((s) => statsBox.append(statsView(s)))
     .catch((e) => statsBox.append(errorBox(e)));
 };
 
@@ -131,19 +132,35 @@ function slaTtft(s: Sla): string {
   return s.ttft_ms_per_1k ? `${ms(s.ttft_ms)} + ${ms(s.ttft_ms_per_1k)}/1k` : ms(s.ttft_ms);
 }
 
-interface RunStats { run_id: string; scenario: string; policies: string[]; finished_at: string | null; stats: Record<string, number> }
+interface RunStats { run_id: string; scenario: string; policies: string[]; rate_scale?: number | null;
+  started_at?: string | null; finished_at: string | null; scenario_tenant?: string; matched_by?: string;
+  sla_version?: number; sla_ttft_ms?: number; sla_ttft_ms_per_1k?: number; sla_tpot_ms?: number;
+  attainment?: number; fallback?: boolean; stats: Record<string, number> }
+interface StatsAnswer { runs?: RunStats[]; sla_versions?: Sla[] }
 
-/** The tenant's figures in each stored replay, newest first. */
-function statsView(s: { runs?: RunStats[] }): HTMLElement {
+/** The tenant's figures in each replay attributed to it, newest first, and its
+ * attainment over time with the SLA versions marked. */
+function statsView(s: StatsAnswer): HTMLElement {
   const runs = s.runs ?? [];
-  if (!runs.length) return empty('No statistics yet', 'No finished replay includes this tenant yet.');
+  if (!runs.length) return empty('No statistics yet', 'No finished replay is attributed to this tenant yet (a run is when its request names the tenant, or when a scenario tenant has its name at the run’s start).');
   const n = (r: RunStats, k: string) => r.stats?.[k];
-  return h('div', { 'data-testid': 'tenant-stats' }, table(
-    ['Run', 'Scenario', 'Policy', 'Finished', 'Requests', 'Violations', 'TTFT p50 / p99', 'TPOT p50 / p99', 'Output'],
-    runs.map((r) => [
-      can('runs.read') ? link(`#/runs/${r.run_id}`, shortId(r.run_id)) : shortId(r.run_id), r.scenario, r.policies.join(', '),
-      when(r.finished_at), num(n(r, 'requests')), pct(n(r, 'violation_rate')),
-      `${ms(n(r, 'ttft_p50_ms'))} / ${ms(n(r, 'ttft_p99_ms'))}`, `${ms(n(r, 'tpot_p50_ms'))} / ${ms(n(r, 'tpot_p99_ms'))}`,
-      tokPerS(n(r, 'output_tokens_per_s')),
-    ]), 'tenant-runs'));
+  const points = runs.filter((r) => r.started_at || r.finished_at).map((r) => ({
+    at: Date.parse((r.started_at ?? r.finished_at) as string), attainment: r.attainment ?? 1 - (n(r, 'violation_rate') ?? 0),
+    version: r.sla_version ?? 1, label: `${shortId(r.run_id)} ${r.scenario} · ${r.policies.join(', ')}`,
+  }));
+  const marks = (s.sla_versions ?? []).filter((v) => v.changed_at).map((v) => ({ at: Date.parse(v.changed_at as string), version: v.version ?? 1 }));
+  return h('div', { 'data-testid': 'tenant-stats' },
+    h('h3', null, 'SLA attainment over time'), attainmentChart(points, marks),
+    table(
+      ['Run', 'Scenario', 'Policy', 'Rate', 'Started', 'SLA version', 'Within SLA', 'Requests', 'TTFT p50 / p99', 'TPOT p50 / p99', 'Output'],
+      runs.map((r) => [
+        can('runs.read') ? link(`#/runs/${r.run_id}`, shortId(r.run_id)) : shortId(r.run_id), r.scenario,
+        `${r.policies.join(', ')}${r.fallback ? ' (fallback)' : ''}`, `${r.rate_scale ?? 1}×`,
+        when(r.started_at ?? r.finished_at),
+        h('span', { 'data-sla-version': r.sla_version ?? '', title: r.matched_by === 'request' ? 'named in the run request' : 'matched by name' },
+          `v${r.sla_version ?? '?'}: TTFT ${ms(r.sla_ttft_ms)}, TPOT ${ms(r.sla_tpot_ms)}`),
+        h('span', { 'data-attainment': (r.attainment ?? 0).toFixed(4) }, pct(r.attainment)), num(n(r, 'requests')),
+        `${ms(n(r, 'ttft_p50_ms'))} / ${ms(n(r, 'ttft_p99_ms'))}`, `${ms(n(r, 'tpot_p50_ms'))} / ${ms(n(r, 'tpot_p99_ms'))}`,
+        tokPerS(n(r, 'output_tokens_per_s')),
+      ]), 'tenant-runs'));
 }

@@ -16,6 +16,8 @@ export interface OpsData {
   layer: Int32Array; predicted: Float64Array; transfer: Float64Array; borrowed: Uint8Array;
   prefill: Int32Array; decodes: Int32Array;
   kinds: string[];
+  /** Spans this data covers; elsewhere nothing is known (drawn as not recorded, never idle). */
+  recorded: [number, number][];
 }
 
 export interface BucketData {
@@ -28,6 +30,9 @@ export interface BucketData {
   /** tenantBusy[i * tenants + t]: busy ns of tenant t in bucket i. */
   tenantBusy: Float64Array;
   tenants: number;
+  /** Of busy, ns of ops that ran in another tenant's slice (borrowed). */
+  borrowed: Float64Array;
+  recorded: [number, number][];
 }
 
 export type WindowData = OpsData | BucketData;
@@ -39,14 +44,15 @@ export function fromApi(w: TimelineWindow, from: number, to: number, gpuCount: n
     const n = b.gpu.length;
     const order = sortedOrder(n, b.gpu, b.t0_ns);
     const t0 = new Float64Array(n), busy = new Float64Array(n), tb = new Float64Array(n * tenants);
+    const borrowed = new Float64Array(n);
     const gpu = new Uint16Array(n);
     order.forEach((j, i) => {
-      gpu[i] = b.gpu[j]; t0[i] = b.t0_ns[j]; busy[i] = b.busy_ns[j];
+      gpu[i] = b.gpu[j]; t0[i] = b.t0_ns[j]; busy[i] = b.busy_ns[j]; borrowed[i] = b.borrowed_ns?.[j] ?? 0;
       const row = b.tenant_busy_ns?.[j] ?? [];
       for (let t = 0; t < tenants; t++) tb[i * tenants + t] = row[t] ?? 0;
     });
     return { mode: 'buckets', from, to, gpuCount, bucketNs: w.bucket_ns, rowOff: offsets(gpu, gpuCount), t0, busy,
-      tenantBusy: tb, tenants };
+      tenantBusy: tb, tenants, borrowed, recorded: w.recorded ?? [[from, to]] };
   }
   const o = w.ops;
   const n = o.gpu.length;
@@ -70,6 +76,7 @@ export function fromApi(w: TimelineWindow, from: number, to: number, gpuCount: n
     d.borrowed[i] = o.borrowed?.[j] ? 1 : 0; d.prefill[i] = o.prefill_tokens?.[j] ?? 0; d.decodes[i] = o.decodes?.[j] ?? 0;
   }
   finishOps(d, gpu);
+  d.recorded = w.recorded ?? [[from, to]];
   return d;
 }
 
@@ -77,7 +84,7 @@ export function allocOps(n: number, gpuCount: number, from: number, to: number, 
   return { mode: 'ops', n, from, to, gpuCount, rowOff: new Uint32Array(gpuCount + 1), maxDur: new Float64Array(gpuCount),
     start: new Float64Array(n), end: new Float64Array(n), tenant: new Uint16Array(n), kind: new Uint16Array(n),
     layer: new Int32Array(n), predicted: new Float64Array(n), transfer: new Float64Array(n), borrowed: new Uint8Array(n),
-    prefill: new Int32Array(n), decodes: new Int32Array(n), kinds };
+    prefill: new Int32Array(n), decodes: new Int32Array(n), kinds, recorded: [[from, to]] };
 }
 
 /** Fills the per-GPU offsets and longest op; `gpu` is sorted. */

@@ -60,10 +60,56 @@ function idleFill(ctx: CanvasRenderingContext2D): CanvasPattern | string {
   return idlePattern ?? '#f3f3f1';
 }
 
-export interface DrawStats { opsInView: number; rects: number }
+let unrecPattern: CanvasPattern | null = null;
+function unrecordedFill(ctx: CanvasRenderingContext2D): CanvasPattern | string {
+  if (!unrecPattern) {
+    const c = document.createElement('canvas');
+    c.width = c.height = 10;
+    const g = c.getContext('2d')!;
+    g.fillStyle = '#e4e7ee';
+    g.fillRect(0, 0, 10, 10);
+    g.fillStyle = '#c9cfdb';
+    g.fillRect(0, 0, 5, 5);
+    g.fillRect(5, 5, 5, 5);
+    unrecPattern = ctx.createPattern(c, 'repeat');
+  }
+  return unrecPattern ?? '#e4e7ee';
+}
+
+/** Covers the parts of a row outside `recorded` with the "not recorded" pattern. */
+function unrecorded(ctx: CanvasRenderingContext2D, recorded: [number, number][], y: number, h: number, v: View,
+  k: number, plotW: number): void {
+  const spans = [...recorded].sort((a, b) => a[0] - b[0]);
+  let t = v.from;
+  ctx.fillStyle = unrecordedFill(ctx);
+  const gap = (a: number, b: number) => {
+    const x0 = GUTTER + Math.max(0, (a - v.from) * k), x1 = GUTTER + Math.min(plotW, (b - v.from) * k);
+    if (x1 - x0 > 0.5) ctx.fillRect(x0, y, x1 - x0, h);
+  };
+  for (const [a, b] of spans) {
+    if (b <= t) continue;
+    if (a > t) gap(t, Math.min(a, v.to));
+    t = Math.max(t, b);
+    if (t >= v.to) return;
+  }
+  if (t < v.to) gap(t, v.to);
+}
+
+/** Whether [from, to] is wholly inside the recorded spans. */
+export function covers(recorded: [number, number][], from: number, to: number): boolean {
+  let t = from;
+  for (const [a, b] of [...recorded].sort((x, y) => x[0] - y[0])) {
+    if (a > t) return false;
+    t = Math.max(t, b);
+    if (t >= to) return true;
+  }
+  return t >= to;
+}
+
+export interface DrawStats { opsInView: number; rects: number; borrowedInView: number }
 
 export function draw(ctx: CanvasRenderingContext2D, width: number, lay: Layout, tracks: Track[], v: View): DrawStats {
-  const stats: DrawStats = { opsInView: 0, rects: 0 };
+  const stats: DrawStats = { opsInView: 0, rects: 0, borrowedInView: 0 };
   ctx.fillStyle = '#fff';
   ctx.fillRect(0, 0, width, lay.height);
   const plotW = width - GUTTER;
@@ -75,7 +121,8 @@ export function draw(ctx: CanvasRenderingContext2D, width: number, lay: Layout, 
     ctx.font = '600 12px system-ui, sans-serif';
     ctx.textBaseline = 'middle';
     const status = t.error ? ` — ${t.error}` : t.loading ? ' — loading…' : t.data?.mode === 'buckets'
-      ? ` — aggregated in ${dur(t.data.bucketNs)} buckets (zoom in for single operators)` : '';
+      ? ` — busy time in ${dur(t.data.bucketNs)} buckets (single operators inside recorded windows)`
+      : t.data?.mode === 'ops' ? ' — every operator (recorded window)' : '';
     ctx.fillText(`${t.label}${status}`, 4, tl.y + TITLE_H / 2);
     for (const r of tl.rows) {
       ctx.fillStyle = '#444';
@@ -85,13 +132,19 @@ export function draw(ctx: CanvasRenderingContext2D, width: number, lay: Layout, 
         ctx.fillStyle = idleFill(ctx);
         ctx.fillRect(GUTTER, r.y, plotW, lay.rowH);
       }
-      if (!t.data) continue;
+      if (!t.data) {
+        unrecorded(ctx, [], r.y, lay.rowH, v, k, plotW);
+        continue;
+      }
       ctx.save();
       ctx.beginPath();
       ctx.rect(GUTTER, r.y, plotW, lay.rowH);
       ctx.clip();
       if (t.data.mode === 'ops') drawOpsRow(ctx, t.data, r.gpu, r.y, lay.rowH, v, k, plotW, t.tenants.length, stats);
       else drawBucketRow(ctx, t.data, r.gpu, r.y, lay.rowH, v, k, stats);
+      // What the data does not cover is not idle: it is unknown (not recorded, after
+      // the run's end, or not fetched yet) and drawn so.
+      unrecorded(ctx, t.data.recorded, r.y, lay.rowH, v, k, plotW);
       ctx.restore();
     }
   });
@@ -165,6 +218,7 @@ function drawOpsRow(ctx: CanvasRenderingContext2D, d: OpsData, gpu: number, y: n
     const c0 = Math.max(0, Math.floor(x0)), c1 = Math.min(W - 1, Math.ceil(x1) - 1);
     const t = d.tenant[i];
     const mark = d.borrowed[i] ? MARK_BORROWED : 0;
+    if (mark) stats.borrowedInView++;
     for (let c = c0; c <= c1; c++) {
       const ov = Math.min(x1, c + 1) - Math.max(x0, c);
       if (ov <= 0) continue;
@@ -260,6 +314,18 @@ function drawBucketRow(ctx: CanvasRenderingContext2D, d: BucketDataT, gpu: numbe
     }
     if (any) ctx.fill();
   }
+  // Borrowed busy time: the dark base line ops mode draws under borrowed ops.
+  ctx.fillStyle = '#101010';
+  ctx.beginPath();
+  let borrowed = false;
+  for (let j = 0; j < n; j++) {
+    const i = first + j;
+    if (!d.borrowed[i]) continue;
+    ctx.rect(GUTTER + (d.t0[i] - v.from) * k, y + h - 3, w, 2);
+    stats.borrowedInView++;
+    borrowed = true;
+  }
+  if (borrowed) ctx.fill();
   stats.opsInView += n;
 }
 

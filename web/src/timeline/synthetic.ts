@@ -39,6 +39,7 @@ export function syntheticOps(n: number, gpus: number, tenants: number, seed = 1)
     end = Math.max(end, t);
   }
   d.to = end;
+  d.recorded = [[0, end]];
   finishOps(d, gpuCol);
   return d;
 }

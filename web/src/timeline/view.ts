@@ -12,6 +12,8 @@ export interface Source {
   from: number; to: number;
   gpus: number[];
   tenants: string[];
+  /** Spans recorded op by op (the server answers ops only inside one of them). */
+  windows?: [number, number][];
   /** Loads [from, to]; the answer is ops or buckets, whichever the window allows. */
   fetch(from: number, to: number, signal: AbortSignal): Promise<WindowData>;
 }
@@ -20,6 +22,8 @@ export interface Source {
 export interface PerfHook {
   frames: { draw_ms: number; at: number; ops: number }[];
   opsInView: number;
+  /** Borrowed ops (ops mode) or buckets with borrowed time (buckets mode) in view. */
+  borrowedInView: number;
   rects: number;
   fetches: number;
   view: View;
@@ -62,7 +66,7 @@ export class TimelineView {
     this.el = h('div', { class: 'timeline' }, this.canvas, this.tip);
     const self = this;
     this.perf = {
-      frames: [], opsInView: 0, rects: 0, fetches: 0, view: this.view, modes: [], ready: false,
+      frames: [], opsInView: 0, borrowedInView: 0, rects: 0, fetches: 0, view: this.view, modes: [], ready: false,
       setView: (f, t) => self.setView({ from: f, to: t }),
       reset: () => self.setView({ ...self.full }),
     };
@@ -98,6 +102,12 @@ export class TimelineView {
   }
 
   reset(): void { this.setView({ ...this.full }); }
+
+  /** The view now (for "record this window"). */
+  current(): View { return { ...this.view }; }
+
+  /** Fetches again (a window was recorded: the same view may now have every op). */
+  refresh(): void { this.refetch(true); }
 
   setView(v: View): void {
     const span = Math.min(this.full.to - this.full.from, Math.max(MIN_SPAN_NS, v.to - v.from));
@@ -138,6 +148,7 @@ export class TimelineView {
       this.perf.frames.push({ draw_ms: t1 - t0, at: t0, ops: st.opsInView });
       if (this.perf.frames.length > 2000) this.perf.frames.splice(0, 1000);
       this.perf.opsInView = st.opsInView;
+      this.perf.borrowedInView = st.borrowedInView;
       this.perf.rects = st.rects;
     });
   }
@@ -151,13 +162,17 @@ export class TimelineView {
       const d = this.tracks[i].data;
       const covered = d && d.from <= v.from && d.to >= v.to;
       const coarse = d?.mode === 'buckets' && d.bucketNs > nsPerPx * 3;
-      if (!force && covered && !coarse) return;
+      // Inside a recorded window every op is there to fetch.
+      const win = (src.windows ?? []).find((w) => w[0] <= v.from && v.to <= w[1]);
+      const opsToGet = !!win && d?.mode !== 'ops';
+      if (!force && covered && !coarse && !opsToGet) return;
       this.aborts[i]?.abort();
       const ac = new AbortController();
       this.aborts[i] = ac;
       // A quarter of a view either side: small pans need no fetch, and the window stays
       // within the server's op budget when the view itself holds 200k ops.
-      const from = Math.max(src.from, v.from - span / 4), to = Math.min(src.to, v.to + span / 4);
+      let from = Math.max(src.from, v.from - span / 4), to = Math.min(src.to, v.to + span / 4);
+      if (win) { from = Math.max(from, win[0]); to = Math.min(to, win[1]); }
       this.tracks[i].loading = true;
       this.perf.ready = false;
       this.perf.fetches++;
@@ -285,9 +300,18 @@ export class TimelineView {
         if (y < row.y || y > row.y + this.lay.rowH || x < GUTTER) continue;
         const t = this.tracks[ti];
         const d = t.data;
+        const at = this.view.from + (x - GUTTER) / k;
+        if (d && !d.recorded.some(([a, b]) => a <= at && at < b)) {
+          this.showTip(x, y, h('div', null, h('b', null, `GPU ${row.gpu}: not recorded`), h('div', null,
+            `${dur(at)}: this part of the run has no recorded data (it is not idle).`)));
+          return;
+        }
+        if (d?.mode === 'buckets') {
+          this.showTip(x, y, bucketTip(t, d, row.gpu, at));
+          return;
+        }
         if (d?.mode !== 'ops') {
-          this.showTip(x, y, h('div', null, h('b', null, t.label), h('div', null,
-            d?.mode === 'buckets' ? 'Aggregated view: zoom in to see single operators.' : 'Loading…')));
+          this.showTip(x, y, h('div', null, h('b', null, t.label), h('div', null, 'Loading…')));
           return;
         }
         const i = hitOp(d, row.gpu, x, this.view, k);
@@ -309,6 +333,24 @@ export class TimelineView {
     this.tip.style.left = `${Math.min(x + 14, this.width - w - 4)}px`;
     this.tip.style.top = `${y + 14}px`;
   }
+}
+
+function bucketTip(t: Track, d: Extract<WindowData, { mode: 'buckets' }>, gpu: number, at: number): HTMLElement {
+  const lo = d.rowOff[gpu] ?? 0, hi = d.rowOff[gpu + 1] ?? 0;
+  let i = -1;
+  for (let j = lo; j < hi; j++) if (d.t0[j] <= at && at < d.t0[j] + d.bucketNs) { i = j; break; }
+  const row = (k: string, v: string) => h('tr', null, h('th', null, k), h('td', null, v));
+  const head = h('b', null, `GPU ${gpu}, ${dur(Math.floor(at / d.bucketNs) * d.bucketNs)} + ${dur(d.bucketNs)}`);
+  if (i < 0) return h('div', null, head, h('div', null, 'idle for the whole bucket'));
+  const busy: HTMLElement[] = [];
+  for (let k = 0; k < d.tenants; k++) {
+    const b = d.tenantBusy[i * d.tenants + k];
+    if (b > 0) busy.push(row(t.tenants[k] ?? `tenant ${k}`, `${dur(b)} (${((b / d.bucketNs) * 100).toFixed(0)} %)`));
+  }
+  return h('div', { 'data-testid': 'bucket-tooltip' }, head, h('table', null, ...busy,
+    row('borrowed', d.borrowed[i] > 0 ? dur(d.borrowed[i]) : 'none'),
+    row('idle', dur(Math.max(0, d.bucketNs - d.busy[i])))),
+  h('div', { class: 'hint' }, 'Zoom into a recorded window for single operators.'));
 }
 
 function opTip(t: Track, d: Extract<WindowData, { mode: 'ops' }>, i: number, gpu: number): HTMLElement {
