@@ -85,11 +85,19 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Ok(v) => v,
         Err(e) => return Outcome::Failed(format!("summary: {e}")),
     };
-    match store(inner, spec.id, &r, &names, &summary).await {
+    // Through an outage the results wait in memory and the store is tried again (the
+    // transaction is whole or nothing); a cancel meanwhile stops the waiting.
+    let stored = super::retry::with_backoff(
+        "storing the results",
+        || ctx.cancelled(),
+        || store(inner, spec.id, &r, &names, &summary),
+    );
+    match stored.await {
         Ok(()) => {
             inner.metrics.record_replay(&r.summary);
             Outcome::Done(summary)
         }
+        Err(_) if ctx.cancelled() => Outcome::Cancelled,
         Err(e) => Outcome::Failed(format!("storing the results: {e}")),
     }
 }
