@@ -4,6 +4,11 @@
 mod admin;
 mod bad_input;
 mod common;
+mod fuzz;
+mod hardening_budgets;
+mod hardening_http_guard;
+mod hardening_outages;
+mod hardening_texts;
 mod http;
 mod matrix;
 mod plugins;
