@@ -35,14 +35,12 @@ pub fn check(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
 /// characters with a marker naming how many bytes were dropped.
 pub fn clean(s: &str, max: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max * 4 + 64));
-    let mut kept = 0usize;
-    for (i, c) in s.char_indices() {
+    for (kept, (i, c)) in s.char_indices().enumerate() {
         if kept == max {
             out.push_str(&format!("… [truncated: {} more bytes]", s.len() - i));
             return out;
         }
         out.push(if c.is_control() && c != '\n' && c != '\t' { '\u{FFFD}' } else { c });
-        kept += 1;
     }
     out
 }
