@@ -26,6 +26,12 @@ pub struct Config {
     pub demo_run: bool,
     /// Ops recorded for the timeline of a replay (the first this many of its window).
     pub record_max_ops: u64,
+    /// Folders a scenario may read clusters, models and traces from (relative ones to
+    /// the working directory); by default `scenarios/`, `data/` and the plugin folder.
+    /// Never `.data/` or `.git/`, even below one of these.
+    pub data_dirs: Vec<PathBuf>,
+    /// Budgets every request and run is checked against before any work.
+    pub limits: crate::limits::Limits,
 }
 
 impl Default for Config {
@@ -41,6 +47,8 @@ impl Default for Config {
             plugin_max_bytes: 8 * 1024 * 1024,
             demo_run: true,
             record_max_ops: 200_000,
+            data_dirs: vec!["scenarios".into(), "data".into(), "target/plugins".into()],
+            limits: crate::limits::Limits::default(),
         }
     }
 }

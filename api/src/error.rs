@@ -17,6 +17,12 @@ pub struct Problem {
     pub detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// Over a budget: the limit the value was checked against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<f64>,
+    /// Over a budget: the value asked for (or estimated from what was asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +43,14 @@ pub enum ApiError {
     Invalid { field: String, detail: String },
     #[error("{field}: {detail}")]
     Conflict { field: String, detail: String },
+    /// Over a budget (`crate::limits`): a 422 naming the field, the limit and the value.
+    #[error("{field}: {detail}")]
+    OverLimit { field: String, detail: String, limit: f64, value: f64 },
+    /// The database is unreachable: a 503 with `Retry-After`, the client may retry.
+    #[error("the database is unavailable, retry shortly")]
+    Unavailable,
+    #[error("request head (target and headers) larger than {limit} bytes")]
+    HeadersTooLarge { limit: usize },
     #[error("body larger than {limit} bytes")]
     TooLarge { limit: usize },
     #[error("expected content type {expected}")]
@@ -68,9 +82,11 @@ impl ApiError {
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::NotFound | ApiError::Missing(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Invalid { .. } | ApiError::OverLimit { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Db(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -107,13 +123,23 @@ impl IntoResponse for ApiError {
                     None => ApiError::conflict("id", exists_detail("a record with", pg)),
                 }
             }
+            ApiError::Db(ref e) if is_outage(e) => {
+                tracing::warn!(error = %e, "database unavailable");
+                ApiError::Unavailable
+            }
             other => other,
         };
         let status = this.status();
+        let (limit, value) = match &this {
+            ApiError::OverLimit { limit, value, .. } => (Some(*limit), Some(*value)),
+            ApiError::TooLarge { limit } | ApiError::HeadersTooLarge { limit } => (Some(*limit as f64), None),
+            _ => (None, None),
+        };
         let (field, detail) = match &this {
             ApiError::BadRequest { field, detail }
             | ApiError::Invalid { field, detail }
-            | ApiError::Conflict { field, detail } => (Some(field.clone()), detail.clone()),
+            | ApiError::Conflict { field, detail }
+            | ApiError::OverLimit { field, detail, .. } => (Some(field.clone()), detail.clone()),
             ApiError::Db(e) => {
                 // Internals stay in the log, never in the answer.
                 tracing::error!(error = %e, "database error");
@@ -123,6 +149,10 @@ impl IntoResponse for ApiError {
                 tracing::error!(error = %e, "internal error");
                 (None, "internal error".to_string())
             }
+            // Refusals of the request's framing name the part at fault too.
+            ApiError::TooLarge { .. } => (Some("body".to_string()), this.to_string()),
+            ApiError::HeadersTooLarge { .. } => (Some("headers".to_string()), this.to_string()),
+            ApiError::UnsupportedMediaType { .. } => (Some("content-type".to_string()), this.to_string()),
             other => (None, other.to_string()),
         };
         let problem = Problem {
@@ -131,10 +161,15 @@ impl IntoResponse for ApiError {
             status: status.as_u16(),
             detail,
             field,
+            limit,
+            value,
         };
         let body = serde_json::to_vec(&problem).expect("a problem always serialises");
         let mut resp = (status, body).into_response();
         resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
+        }
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
@@ -143,3 +178,19 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// Seconds a client is told to wait while the database is down.
+pub const RETRY_AFTER_S: &str = "2";
+
+/// Whether a database error means the server is unreachable or going away (rather than
+/// a statement the server refused): the connection failed, the pool found no live
+/// connection in time, or the server is shutting down or starting up (SQLSTATE 57P0x,
+/// connection exceptions 08xxx).
+pub fn is_outage(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+        _ => false,
+    }
+}

@@ -12,12 +12,14 @@ pub mod error;
 pub mod extract;
 pub mod http;
 pub mod jobs;
+pub mod limits;
 pub mod plugin_host;
 pub mod policies;
 pub mod scenarios;
 pub mod server;
 pub mod state;
 pub mod telemetry;
+pub mod text;
 
 pub use config::Config;
 pub use http::app;

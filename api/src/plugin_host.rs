@@ -55,11 +55,11 @@ impl Quarantined {
             .errors
             .iter()
             .filter(|e| !matches!(e.cause, slicesched_plugin_host::Cause::Quarantined { .. }))
-            .map(|e| e.to_string())
+            .map(|e| crate::text::clean(&e.to_string(), crate::text::MAX_MESSAGE))
             .collect();
         Quarantined {
-            name: name.to_string(),
-            version: version.to_string(),
+            name: crate::text::clean(name, 64),
+            version: crate::text::clean(version, 64),
             calls: s.calls,
             failures: s.failures,
             fallback_decisions: s.fallback_decisions,

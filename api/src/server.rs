@@ -35,6 +35,7 @@ pub async fn prepare(config: Config) -> Result<AppState, ServeError> {
     let state = AppState::new(db, config, Arc::new(Metrics::new()));
     register_shipped(&state).await?;
     state.jobs.recover().await?;
+    state.jobs.start_watchdog(crate::jobs::watchdog::EVERY, crate::jobs::watchdog::GRACE);
     if state.config.demo_run {
         demo(&state).await?;
     }
@@ -131,8 +132,8 @@ async fn demo(state: &AppState) -> Result<(), ServeError> {
     if runs > 0 {
         return Ok(());
     }
-    let dir = state.config.scenarios_dir.clone();
-    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&dir, DEMO_SCENARIO))
+    let cfg = state.config.clone();
+    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, DEMO_SCENARIO, 0))
         .await
         .map_err(|e| ServeError::Demo(e.to_string()))?
         .map_err(|e| ServeError::Demo(e.to_string()))?;

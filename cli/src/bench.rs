@@ -13,7 +13,7 @@ pub struct Args {
     #[arg(long, default_value = "dedicated")]
     policy: String,
     /// Replays per scenario; the table reports the best and the median.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::args::at_least_one::<usize>)]
     repeat: usize,
 }
 

@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
     /// Arrival-rate scale to replay at.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::positive)]
     rate_scale: f64,
     /// Output directory: compare.json and one summary per policy.
     #[arg(long)]

@@ -35,7 +35,7 @@ pub enum Command {
         #[arg(long, default_value = "A100-80GB")]
         sku: String,
         /// Tensor-parallel degree (GPUs of one node with NVLink).
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = crate::args::at_least_one::<u32>)]
         tp: u32,
         /// Prompt tokens prefilled in the iteration (one chunk).
         #[arg(long, default_value_t = 0)]

@@ -1,5 +1,6 @@
 //! `slicesched`: a thin binary that calls one function per command.
 
+mod args;
 mod bench;
 mod compare;
 mod cost;

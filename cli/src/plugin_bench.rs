@@ -20,10 +20,10 @@ pub struct Args {
     #[arg(long)]
     policy: Vec<String>,
     /// Replay only the first this many seconds of the scenario's traces.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive)]
     duration_s: Option<f64>,
     /// Calls for the bare-call measurement.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 200_000, value_parser = crate::args::at_least_one::<u32>)]
     calls: u32,
     /// Another component of the (single) policy measured in the same run, on its own
     /// row: an older build, or one built for an older interface version.

@@ -90,8 +90,48 @@ pub fn replay_policy(
     opts: ReplayOptions,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<ReplayResult> {
+    if let Some(path) = wasm_file(name) {
+        // Kept as a `WasmPolicy`, so a quarantine during the replay is reported with its
+        // cause rather than surfacing later as fallback results nobody explained.
+        let bytes = std::fs::read(&path).with_context(|| format!("reading plugin {}", path.display()))?;
+        let mut w = slicesched_plugin_host::WasmPolicy::new(&bytes, &PluginOptions::default())
+            .with_context(|| format!("loading plugin {}", path.display()))?;
+        let r = replay_with(scenario, &mut w, opts, progress).with_context(|| format!("policy `{name}`"))?;
+        if let Some(cause) = quarantine_cause(w.stats()) {
+            eprintln!(
+                "WARNING: plugin `{name}` was quarantined during this replay (its decisions from then on are the \
+                 safe fallback's): {cause}"
+            );
+        }
+        return Ok(r);
+    }
     let mut pol = by_name(name)?;
     replay_with(scenario, pol.as_mut(), opts, progress).with_context(|| format!("policy `{name}`"))
+}
+
+/// The Wasm component a policy name runs, when it runs one (see the module docs).
+fn wasm_file(name: &str) -> Option<PathBuf> {
+    if name.starts_with("native:") {
+        return None;
+    }
+    if name.ends_with(".wasm") {
+        return Some(PathBuf::from(name));
+    }
+    let shipped = slicesched_policy::BUILTIN.contains(&name) || slicesched_policy::EXAMPLES.contains(&name);
+    let wasm = plugin_dir().join(format!("{name}.wasm"));
+    (shipped && wasm.exists()).then_some(wasm)
+}
+
+/// Why the host quarantined a plugin: the last failure before it (None when it was not).
+pub fn quarantine_cause(s: &slicesched_plugin_host::PluginStats) -> Option<String> {
+    use slicesched_plugin_host::Cause;
+    s.quarantined.then(|| {
+        s.errors
+            .iter()
+            .rev()
+            .find(|e| !matches!(e.cause, Cause::Quarantined { .. }))
+            .map_or_else(|| format!("{} failures", s.failures), |e| e.to_string())
+    })
 }
 
 /// [`replay_policy`] with a policy already made.

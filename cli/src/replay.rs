@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long)]
     out: PathBuf,
     /// Arrival-rate scale (1 replays the traces as they are).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::positive)]
     rate_scale: f64,
     /// No progress bar.
     #[arg(long)]

@@ -25,22 +25,22 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
     /// Comma-separated fractions of requests allowed to violate their SLA.
-    #[arg(long, value_delimiter = ',', default_value = "0.01,0.09")]
+    #[arg(long, value_delimiter = ',', default_value = "0.01,0.09", value_parser = crate::args::fraction)]
     violation_targets: Vec<f64>,
     /// Output directory for sweep.json and violation_vs_rate.svg.
     #[arg(long)]
     out: PathBuf,
     /// Relative precision of each rate scale found.
-    #[arg(long, default_value_t = 0.03)]
+    #[arg(long, default_value_t = 0.03, value_parser = crate::args::positive)]
     precision: f64,
     /// Smallest rate scale tried; a policy violating there gets rate scale 0.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, value_parser = crate::args::positive)]
     min_scale: f64,
     /// Largest rate scale tried.
-    #[arg(long, default_value_t = 64.0)]
+    #[arg(long, default_value_t = 64.0, value_parser = crate::args::positive)]
     max_scale: f64,
     /// Replays run at once (default: available parallelism).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::at_least_one::<usize>)]
     jobs: Option<usize>,
     /// No progress bars.
     #[arg(long)]

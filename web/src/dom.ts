@@ -42,7 +42,11 @@ export function svg<K extends keyof SVGElementTagNameMap>(
   ...children: (SVGElement | string | null)[]
 ): SVGElementTagNameMap[K] {
   const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  for (const [k, v] of Object.entries(attrs)) {
+    // Through the CSSOM: a `style` attribute is inline style, which the CSP refuses.
+    if (k === 'style') el.style.cssText = String(v);
+    else el.setAttribute(k, String(v));
+  }
   for (const c of children) {
     if (c === null) continue;
     el.appendChild(typeof c === 'string' ? document.createTextNode(c) : c);

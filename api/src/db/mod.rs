@@ -52,7 +52,8 @@ pub async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
 }
 
 /// Appends a row to the audit log (inside the caller's transaction, so a change and its
-/// record commit together).
+/// record commit together). Every text is cleaned first (`crate::text`): a detail quoting
+/// a plugin's message can never make the write fail, nor grow without bound.
 pub async fn audit(
     db: impl PgExecutor<'_>,
     actor: &str,
@@ -61,10 +62,10 @@ pub async fn audit(
     detail: Value,
 ) -> Result<(), sqlx::Error> {
     sqlx::query("insert into audit_log (actor, action, target, detail) values ($1, $2, $3, $4)")
-        .bind(actor)
-        .bind(action)
-        .bind(target)
-        .bind(detail)
+        .bind(crate::text::clean(actor, 256))
+        .bind(crate::text::clean(action, 64))
+        .bind(crate::text::clean(target, 256))
+        .bind(crate::text::clean_json(&detail))
         .execute(db)
         .await?;
     Ok(())

@@ -145,7 +145,7 @@ pub async fn finish(db: &PgPool, id: Uuid, status: RunStatus, error: Option<&str
     )
     .bind(id)
     .bind(status.as_str())
-    .bind(error)
+    .bind(error.map(|e| crate::text::clean(e, crate::text::MAX_MESSAGE)))
     .execute(db)
     .await?;
     Ok(())

@@ -106,6 +106,8 @@ async fn create_cluster(
     // Accepted only if the simulator can build it.
     let spec: slicesched_hw::ClusterSpec = serde_json::from_value(body.spec.clone())
         .map_err(|e| ApiError::invalid("spec", format!("not a cluster: {e}")))?;
+    // Counted before it is built: a cluster of 4294967295 nodes is a 422, not an abort.
+    crate::limits::cluster_gpus(&spec, "spec", &st.config.limits)?;
     slicesched_hw::Cluster::from_spec(&spec, "spec").map_err(|e| ApiError::invalid("spec", e.to_string()))?;
     let actor = caller.actor();
     let mut tx = st.db.begin().await?;

@@ -5,6 +5,7 @@
 mod audit;
 mod catalog;
 mod export;
+mod headers;
 mod health;
 mod keys;
 mod me;
@@ -83,9 +84,14 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 pub fn app(state: AppState) -> Router {
     let (router, doc) = api().split_for_parts();
     let web_dir = state.config.web_dir.clone();
+    let known = std::sync::Arc::new(headers::QueryParams::from_openapi(&doc));
+    let head_limit = state.config.limits.max_header_bytes;
     router
+        .route_layer(axum::middleware::from_fn_with_state(known, headers::known_query))
         .merge(utoipa_swagger_ui::SwaggerUi::new("/api/docs").url("/api/openapi.json", doc))
         .fallback_service(web::service(&web_dir))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::observe))
+        .layer(axum::middleware::from_fn_with_state(head_limit, headers::head_limit))
+        .layer(axum::middleware::from_fn(headers::security))
         .with_state(state)
 }

@@ -57,6 +57,9 @@ pub struct PluginUpload {
     component: Vec<u8>,
 }
 
+/// Longest declared plugin version (semver with pre-release and build fits easily).
+pub const MAX_VERSION: usize = 64;
+
 pub const PLUGIN_COLUMNS: &str =
     "id, name, version, interface_version, sha256_hex, size_bytes, builtin, state, uploaded_by, created_at, updated_at";
 
@@ -133,6 +136,8 @@ async fn upload_plugin(
         .map_err(|e| ApiError::Internal(format!("plugin validation panicked: {e}")))?;
     let info = info.map_err(|e| ApiError::invalid("component", e))?;
     crate::http::tenants::check_name("name", &info.name)?;
+    // What the component declares is the uploader's text: checked, not cleaned.
+    crate::text::check("version", &info.version, MAX_VERSION)?;
     let actor = caller.actor();
     let id = Uuid::new_v4();
     let mut tx = st.db.begin().await?;

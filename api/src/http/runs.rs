@@ -148,9 +148,13 @@ pub(crate) async fn start(
     if body.scenario.trim().is_empty() {
         return Err(ApiError::invalid("scenario", "empty"));
     }
-    let dir = st.config.scenarios_dir.clone();
+    let cfg = st.config.clone();
     let text = body.scenario.clone();
-    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&dir, &text))
+    let searches = match body.kind {
+        RunKind::Replay => 0,
+        RunKind::Sweep => (policies.len() * targets.as_ref().map_or(1, Vec::len)) as u64,
+    };
+    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, &text, searches))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     let tenant_map = check_tenants(&st, &body, &resolved.tenant_names).await?;

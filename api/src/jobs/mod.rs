@@ -4,12 +4,17 @@
 //! run's flag, which the simulator polls; at start-up, runs a previous process left
 //! running are marked `interrupted`, and on shutdown (SIGTERM) the runs this process
 //! is executing are cancelled at once and marked `interrupted`. Timeline windows
-//! (`window.rs`) are recorded by the same runner, under the same slots.
+//! (`window.rs`) are recorded by the same runner, under the same slots. Bookkeeping
+//! writes retry with back-off through a database outage (`retry`); a run holds its
+//! estimated memory of the service's budget while it executes; a watchdog
+//! (`watchdog`) ends runs left without a live job.
 
 pub mod params;
 mod replay;
+pub mod retry;
 mod sweep;
 mod window;
+pub mod watchdog;
 
 pub use replay::{trace_decisions, DECISION_SPANS};
 
@@ -40,6 +45,8 @@ struct Inner {
     metrics: Arc<Metrics>,
     /// One permit per run allowed to execute at once.
     slots: Arc<Semaphore>,
+    /// The service's memory budget for runs, one permit per MiB.
+    memory: Arc<Semaphore>,
     /// Cancel flags of runs (and timeline windows) queued or running in this process.
     flags: Mutex<HashMap<Uuid, Arc<AtomicBool>>>,
     /// Executions holding a slot now.
@@ -69,8 +76,17 @@ pub enum Outcome {
 impl Jobs {
     pub fn new(db: PgPool, config: Arc<Config>, metrics: Arc<Metrics>) -> Jobs {
         let slots = Arc::new(Semaphore::new(config.max_concurrent_runs.max(1)));
-        let inner =
-            Inner { db, config, metrics, slots, flags: Mutex::new(HashMap::new()), running: Default::default() };
+        let mib = (config.limits.memory_budget_bytes >> 20).clamp(1, Semaphore::MAX_PERMITS as u64) as usize;
+        let memory = Arc::new(Semaphore::new(mib));
+        let inner = Inner {
+            db,
+            config,
+            metrics,
+            slots,
+            memory,
+            flags: Mutex::new(HashMap::new()),
+            running: Default::default(),
+        };
         Jobs { inner: Arc::new(inner) }
     }
 
@@ -153,7 +169,13 @@ impl Jobs {
     /// Queues a run already inserted with status `queued`.
     pub fn submit(&self, id: Uuid) {
         let flag = Arc::new(AtomicBool::new(false));
-        self.inner.flags.lock().expect("flags lock").insert(id, flag.clone());
+        {
+            let mut flags = self.inner.flags.lock().unwrap_or_else(|e| e.into_inner());
+            if flags.contains_key(&id) {
+                return; // already queued here (the watchdog and a caller may both ask)
+            }
+            flags.insert(id, flag.clone());
+        }
         let inner = self.inner.clone();
         inner.metrics.runs_in_flight.with_label_values(&["queued"]).inc();
         let span = tracing::info_span!("run", run_id = %id);
@@ -166,7 +188,7 @@ impl Jobs {
                 if let Err(e) = execute(&inner, id, flag).await {
                     tracing::error!(error = %e, "run bookkeeping failed");
                 }
-                inner.flags.lock().expect("flags lock").remove(&id);
+                inner.flags.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
                 inner.running.fetch_sub(1, Ordering::Relaxed);
                 inner.metrics.runs_in_flight.with_label_values(&["running"]).dec();
                 drop(permit);
@@ -176,7 +198,8 @@ impl Jobs {
     }
 
     /// Asks a run to stop. A queued run ends at once; a running one at the simulator's
-    /// next check. False when the run is not queued or running.
+    /// next check; one left `running` without a live job (its job died) at once. False
+    /// when the run is not queued or running.
     pub async fn cancel(&self, id: Uuid) -> Result<bool, sqlx::Error> {
         let r =
             sqlx::query("update runs set cancel_requested = true where id = $1 and status in ('queued', 'running')")
@@ -186,19 +209,24 @@ impl Jobs {
         if r.rows_affected() == 0 {
             return Ok(false);
         }
-        if let Some(f) = self.inner.flags.lock().expect("flags lock").get(&id) {
+        let live = self.inner.flags.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
+        if let Some(f) = &live {
             f.store(true, Ordering::Relaxed);
         }
-        sqlx::query("update runs set status = 'cancelled', finished_at = now() where id = $1 and status = 'queued'")
-            .bind(id)
-            .execute(&self.inner.db)
-            .await?;
+        // Without a live job nothing would ever act on the request: end the run here.
+        let stranded = if live.is_none() { "status in ('queued', 'running')" } else { "status = 'queued'" };
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "update runs set status = 'cancelled', finished_at = now() where id = $1 and {stranded}"
+        )))
+        .bind(id)
+        .execute(&self.inner.db)
+        .await?;
         Ok(true)
     }
 
     /// Runs queued or running in this process.
     pub fn in_flight(&self) -> usize {
-        self.inner.flags.lock().expect("flags lock").len()
+        self.inner.flags.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 
@@ -256,10 +284,27 @@ async fn execute_window(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -
 
 async fn execute(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -> Result<(), sqlx::Error> {
     let db = &inner.db;
-    if !db::runs::start(db, id).await? {
+    let Some(spec) = retry::until_back("reading the run", || db::runs::spec(db, id)).await? else { return Ok(()) };
+    // Its share of the memory budget, held until it ends (checked at submission; a run
+    // over the whole budget could never start, so it fails here rather than wait).
+    let searches = (spec.policies.len() * spec.violation_targets.as_ref().map_or(2, Vec::len)) as u64;
+    let searches = if spec.kind == "sweep" { searches } else { 0 };
+    let (cfg, text) = (inner.config.clone(), spec.scenario_toml.clone());
+    let estimate = tokio::task::spawn_blocking(move || crate::scenarios::estimate(&cfg, &text, searches)).await;
+    let mib = match estimate {
+        Ok(Ok(e)) => (e.memory_bytes >> 20).max(1),
+        Ok(Err(e)) => return end(inner, &spec, Outcome::Failed(format!("over budget: {e}"))).await,
+        Err(e) => return end(inner, &spec, Outcome::Failed(format!("estimating the run panicked: {e}"))).await,
+    };
+    let budget = (inner.config.limits.memory_budget_bytes >> 20).max(1);
+    let Some(memory) = u32::try_from(mib).ok().filter(|_| mib <= budget) else {
+        let why = format!("estimated {mib} MiB, over the service's memory budget of {budget} MiB");
+        return end(inner, &spec, Outcome::Failed(why)).await;
+    };
+    let _memory = inner.memory.clone().acquire_many_owned(memory).await.expect("the semaphore is never closed");
+    if !retry::until_back("starting the run", || db::runs::start(db, id)).await? {
         return Ok(()); // cancelled while queued
     }
-    let Some(spec) = db::runs::spec(db, id).await? else { return Ok(()) };
     tracing::info!(kind = %spec.kind, scenario = %spec.scenario, policies = ?spec.policies, "run started");
     let (tx, mut rx) = watch::channel(0.0);
     let ctx = Ctx { cancel, progress: tx };
@@ -279,6 +324,13 @@ async fn execute(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -> Resul
         _ => sweep::run(inner, &spec, ctx).await,
     };
     let _ = writer.await;
+    end(inner, &spec, outcome).await
+}
+
+/// Records how a run ended (retrying through an outage: a run never stays `running`
+/// because its last write met a database restart).
+async fn end(inner: &Arc<Inner>, spec: &db::runs::RunSpec, outcome: Outcome) -> Result<(), sqlx::Error> {
+    let (db, id) = (&inner.db, spec.id);
     let status = match outcome {
         Outcome::Done(_) => RunStatus::Succeeded,
         Outcome::Cancelled => RunStatus::Cancelled,
@@ -286,10 +338,12 @@ async fn execute(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -> Resul
     };
     match outcome {
         Outcome::Done(_) => {} // stored with its results
-        Outcome::Cancelled => db::runs::finish(db, id, RunStatus::Cancelled, None).await?,
+        Outcome::Cancelled => {
+            retry::until_back("ending the run", || db::runs::finish(db, id, RunStatus::Cancelled, None)).await?
+        }
         Outcome::Failed(e) => {
-            tracing::warn!(error = %e, "run failed");
-            db::runs::finish(db, id, RunStatus::Failed, Some(&e)).await?
+            tracing::warn!(error = %crate::text::one_line(&e, 512), "run failed");
+            retry::until_back("ending the run", || db::runs::finish(db, id, RunStatus::Failed, Some(&e))).await?
         }
     }
     inner.metrics.runs.with_label_values(&[spec.kind.as_str(), status.as_str()]).inc();

@@ -142,7 +142,14 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Ok(v) => v,
         Err(e) => return Outcome::Failed(format!("summary: {e}")),
     };
-    match store(inner, spec, &r, &names, &summary, fallback.as_ref()).await {
+    // Through an outage the results wait in memory and the store is tried again (the
+    // transaction is whole or nothing); a cancel meanwhile stops the waiting.
+    let stored = super::retry::with_backoff(
+        "storing the results",
+        || ctx.cancelled(),
+        || store(inner, spec, &r, &names, &summary, fallback.as_ref()),
+    );
+    match stored.await {
         Ok(windows) => {
             inner.metrics.record_replay(&r.summary);
             for w in windows {
@@ -150,6 +157,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             }
             Outcome::Done(summary)
         }
+        Err(_) if ctx.cancelled() => Outcome::Cancelled,
         Err(e) => Outcome::Failed(format!("storing the results: {e}")),
     }
 }

@@ -27,6 +27,8 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     let db = inner.db.clone();
     let run_id = spec.id;
     let handle = tokio::runtime::Handle::current();
+    let cancel = ctx.cancel.clone();
+    let cancelled = move || cancel.load(std::sync::atomic::Ordering::Relaxed);
     let joined = tokio::task::spawn_blocking(move || {
         let scenario = crate::scenarios::load(&dir, &name, &text)?;
         let opts = SearchOpts::default();
@@ -62,6 +64,13 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                                 if let Err(e) = handle.block_on(back) {
                                     tracing::error!(error = %e, %plugin, "writing the plugin's quarantine back failed");
                                 }
+                                // Its points from here on would measure the fallback, and the
+                                // next replay would find no active plugin: end the sweep
+                                // saying why.
+                                return Err(format!(
+                                    "policy `{policy}` was quarantined during its replay at rate scale {scale}: {}",
+                                    q.cause
+                                ));
                             }
                             r
                         });
@@ -128,13 +137,14 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Ok(v) => v,
         Err(e) => return Outcome::Failed(format!("sweep report: {e}")),
     };
-    let stored = async {
+    let stored = super::retry::with_backoff("storing the sweep", &cancelled, || async {
         let mut tx = inner.db.begin().await?;
         succeed(&mut tx, spec.id, &summary).await?;
         tx.commit().await
-    };
+    });
     match stored.await {
         Ok(()) => Outcome::Done(summary),
+        Err(_) if cancelled() => Outcome::Cancelled,
         Err(e) => Outcome::Failed(format!("storing the sweep: {e}")),
     }
 }

@@ -61,6 +61,10 @@ impl PlannerSpec {
         if !(self.guest_reserve_factor.is_finite() && self.guest_reserve_factor >= 0.0) {
             return Err("guest_reserve_factor must be non-negative".into());
         }
+        if self.keep_kv_tokens > crate::scenario::MAX_KV_TOKENS {
+            let max = crate::scenario::MAX_KV_TOKENS;
+            return Err(format!("keep_kv_tokens must be at most {max}, got {}", self.keep_kv_tokens));
+        }
         Ok(())
     }
 }

@@ -34,6 +34,11 @@ pub struct ScenarioSpec {
     pub tenants: Vec<TenantSpec>,
 }
 
+/// Largest `memory.reserve_gb` (far above any GPU's memory, far below overflow).
+pub const MAX_RESERVE_GB: f64 = 1e6;
+/// Largest KV-token request (times bytes per token it must stay a `u64`).
+pub const MAX_KV_TOKENS: u64 = 1 << 32;
+
 fn default_drain() -> f64 {
     600.0
 }
@@ -175,8 +180,13 @@ impl Scenario {
         if !(mem.gpu_memory_utilization > 0.0 && mem.gpu_memory_utilization <= 1.0) {
             return Err(field("memory.gpu_memory_utilization".into(), "must be in (0, 1]".into()));
         }
-        if !(mem.reserve_gb.is_finite() && mem.reserve_gb >= 0.0) {
-            return Err(field("memory.reserve_gb".into(), "must be non-negative".into()));
+        // Checked before it becomes bytes: `2e10 GB` as u64 bytes saturates, and added to
+        // the utilisation margin it would wrap to nearly nothing.
+        if !(mem.reserve_gb.is_finite() && (0.0..=MAX_RESERVE_GB).contains(&mem.reserve_gb)) {
+            return Err(field(
+                "memory.reserve_gb".into(),
+                format!("must be in [0, {MAX_RESERVE_GB}], got {}", mem.reserve_gb),
+            ));
         }
 
         let mut deployment = Deployment::default();
@@ -191,6 +201,9 @@ impl Scenario {
             Deployment::check_gpus(&cluster, &t.name, &gpus).map_err(|e| field(tf("gpus"), e.to_string()))?;
             model.check_tp(gpus.len() as u32).map_err(|e| field(tf("gpus"), e))?;
             t.sla.check().map_err(|e| field(tf("sla"), e))?;
+            if let Some(k) = t.keep_kv_tokens.filter(|&k| k > MAX_KV_TOKENS) {
+                return Err(field(tf("keep_kv_tokens"), format!("must be at most {MAX_KV_TOKENS}, got {k}")));
+            }
             let engine = t.engine.unwrap_or(spec.engine);
             if engine.max_batched_tokens == 0 || engine.max_num_seqs == 0 || engine.block_size == 0 {
                 return Err(field(
@@ -293,7 +306,7 @@ impl Scenario {
 
 fn unusable(capacity: u64, mem: MemorySpec) -> u64 {
     let util = (capacity as f64 * (1.0 - mem.gpu_memory_utilization)) as u64;
-    util + (mem.reserve_gb * 1e9) as u64
+    util.saturating_add((mem.reserve_gb * 1e9) as u64)
 }
 
 /// Peak live activation bytes of one iteration executed op by op, at the full budget.

@@ -54,8 +54,63 @@ pub enum Cause {
     Build(String),
 }
 
+/// Most bytes of a plugin's own text (a refusal, a trap's log line, a version) an error
+/// keeps: a plugin refusing with a 24 MiB message must not make every kept error, audit
+/// entry and log line 24 MiB.
+pub const MAX_PLUGIN_TEXT: usize = 2048;
+
 impl PluginError {
     pub(crate) fn new(plugin: &str, version: &str, cause: Cause) -> Self {
-        Self { plugin: plugin.into(), version: version.into(), cause }
+        Self {
+            plugin: bounded(plugin.into(), MAX_PLUGIN_TEXT),
+            version: bounded(version.into(), MAX_PLUGIN_TEXT),
+            cause: cause.bounded(),
+        }
+    }
+}
+
+impl Cause {
+    /// The cause with every text the plugin chose cut to [`MAX_PLUGIN_TEXT`].
+    pub fn bounded(self) -> Self {
+        match self {
+            Cause::Refused { hook, message } => Cause::Refused { hook, message: bounded(message, MAX_PLUGIN_TEXT) },
+            Cause::Trap { hook, trap, log } => Cause::Trap {
+                hook,
+                trap: bounded(trap, MAX_PLUGIN_TEXT),
+                log: log.map(|l| bounded(l, MAX_PLUGIN_TEXT)),
+            },
+            Cause::Malformed { hook, detail } => Cause::Malformed { hook, detail: bounded(detail, MAX_PLUGIN_TEXT) },
+            other => other,
+        }
+    }
+}
+
+/// `s` cut to at most `max` bytes on a character boundary, with a marker saying how
+/// much was cut (never a panic, whatever the text).
+pub fn bounded(mut s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = s.len() - end;
+    s.truncate(end);
+    s.push_str(&format!("… [truncated: {cut} more bytes]"));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_on_a_char_boundary_with_a_marker() {
+        let s = bounded("é".repeat(600), 1023);
+        assert!(s.starts_with(&"é".repeat(511)) && s.ends_with("[truncated: 178 more bytes]"), "{s}");
+        assert_eq!(bounded("short".into(), 10), "short");
+        let big = Cause::Refused { hook: "place", message: "x".repeat(24 << 20) }.bounded();
+        assert!(big.to_string().len() < MAX_PLUGIN_TEXT + 100);
     }
 }

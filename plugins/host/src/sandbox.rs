@@ -132,13 +132,13 @@ struct Lent {
 unsafe impl Send for Lent {}
 
 impl HostState {
-    fn push_log(&mut self, error: bool, mut message: String) {
+    fn push_log(&mut self, error: bool, message: String) {
         if self.log.len() == LOG_LINES {
             self.log.remove(0);
         }
-        // Bounded too: one line cannot be a memory bomb for the host.
-        message.truncate(1024);
-        self.log.push((error, message));
+        // Bounded too: one line cannot be a memory bomb for the host (cut on a character
+        // boundary: `String::truncate` inside a multi-byte character would panic).
+        self.log.push((error, crate::error::bounded(message, 1024)));
     }
 
     /// Lends the core's what-if about `ready` for the `place` call about to be made.

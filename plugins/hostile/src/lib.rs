@@ -11,7 +11,13 @@ pub struct Hostile {
 
 impl Policy for Hostile {
     fn info(&self) -> Info {
-        Info::new("hostile", "6.6.6")
+        if cfg!(feature = "nul-version") {
+            Info::new("hostile", "6.6.6\0evil")
+        } else if cfg!(feature = "long-version") {
+            Info::new("hostile", &"6".repeat(100_000))
+        } else {
+            Info::new("hostile", "6.6.6")
+        }
     }
 
     fn place(&mut self, view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
@@ -82,6 +88,13 @@ fn misbehave(_: &View, _: &[ReadyOp], _: &mut Vec<Placement>) -> Result<(), Stri
     Err("refusing to decide".into())
 }
 
+/// 24 MiB of refusal with NULs and escape sequences in it: Postgres refuses 0x00 in text,
+/// so every record of this failure must be cleaned and bounded.
+#[cfg(feature = "nul-refusal")]
+fn misbehave(_: &View, _: &[ReadyOp], _: &mut Vec<Placement>) -> Result<(), String> {
+    Err("no\0way\u{1b}[31m nul!".repeat(24 << 20 >> 4))
+}
+
 #[cfg(feature = "garbage")]
 fn misbehave(_: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
     out.extend(ready.iter().map(|r| Placement { op: u32::MAX - r.tenant, group: r.home, priority: i32::MIN }));
@@ -135,6 +148,7 @@ fn misbehave(view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result
     feature = "no-group",
     feature = "no-weights",
     feature = "attention-away",
+    feature = "nul-refusal",
 )))]
 fn misbehave(_: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
     out.extend(ready.iter().enumerate().map(|(k, r)| Placement { op: k as u32, group: r.home, priority: 0 }));

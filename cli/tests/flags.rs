@@ -1,0 +1,35 @@
+//! Numeric flags are checked by the shared value parsers (issue 16): a bad number is a
+//! usage error naming the flag, never a panic (exit 101) inside a command.
+
+use std::process::Command;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_slicesched"));
+    c.current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    c
+}
+
+#[test]
+fn bad_numeric_flags_are_usage_errors_not_panics() {
+    let cases: &[&[&str]] = &[
+        &["compare", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--rate-scale", "0"],
+        &["compare", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--rate-scale", "nan"],
+        &["replay", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--rate-scale=-1"],
+        &["sweep", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--violation-targets", "0.01,1.5"],
+        &["sweep", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--precision", "inf"],
+        &["sweep", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--jobs", "0"],
+        &["bench", "--repeat", "0"],
+        &["cost", "predict", "--model", "llama-2-7b", "--tp", "0"],
+    ];
+    for args in cases {
+        let o = bin().args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        let last = args.last().unwrap();
+        let flag = match last.split_once('=') {
+            Some((f, _)) => f,
+            None => args.iter().rev().nth(1).unwrap(),
+        };
+        assert!(err.contains(flag) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
