@@ -16,8 +16,10 @@ export function h<K extends keyof HTMLElementTagNameMap>(
       el.addEventListener(k.slice(2).toLowerCase(), v as EventListener);
     } else if (k === 'class') {
       el.className = String(v);
-    } else if (k === 'style' && typeof v === 'object') {
-      Object.assign(el.style, v);
+    } else if (k === 'style') {
+      // Through the CSSOM: a `style` attribute is inline style, which the CSP refuses.
+      if (typeof v === 'object') Object.assign(el.style, v);
+      else el.style.cssText = String(v);
     } else if (k === 'value' || k === 'checked' || k === 'disabled' || k === 'selected') {
       (el as unknown as Record<string, unknown>)[k] = v;
     } else {

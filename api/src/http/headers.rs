@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The UI's policy: its own scripts, styles, images and API; nothing inline, no frames.
-pub const CSP_APP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+pub const CSP_APP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
      connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; \
      frame-ancestors 'none'";
 /// The vendored Swagger UI sets inline styles of its own.
