@@ -8,7 +8,7 @@
 # database (dropped afterwards) under a 1 GiB memory budget; its peak resident memory
 # must stay under that budget, and it must still be alive at the end.
 #   SLICESCHED_BIN=path   the binary (default: build target/release/slicesched)
-#   ST_MAX_EXAMPLES=n     examples per operation (default 100)
+#   ST_MAX_EXAMPLES=n     examples per operation (default 50)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/toolchain.sh
@@ -99,7 +99,7 @@ TOML
     --checks not_a_server_error \
     --mode all \
     --phases examples,coverage,fuzzing,stateful \
-    --max-examples "${ST_MAX_EXAMPLES:-100}" \
+    --max-examples "${ST_MAX_EXAMPLES:-50}" \
     --workers 2 \
     --seed 1 2>&1 | tee .data/schemathesis.log
 # The hostile inputs of issue 16, each of which once took the service down or stored
