@@ -13,8 +13,8 @@ pub mod params;
 mod replay;
 pub mod retry;
 mod sweep;
-mod window;
 pub mod watchdog;
+mod window;
 
 pub use replay::{trace_decisions, DECISION_SPANS};
 

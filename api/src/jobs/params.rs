@@ -131,6 +131,23 @@ pub fn core_options(record_max_ops: u64) -> CoreOptions {
 /// The plugin row a run naming `name` gets now: the newest active component of that
 /// name, else the native built-in (as `policies::instantiate` chooses).
 pub async fn resolve_policy(db: &PgPool, name: &str) -> Result<Option<ResolvedPolicy>, sqlx::Error> {
+    // `plugin:{id}` (a trial) names exactly one component, whatever its state.
+    if let Some(id) = name.strip_prefix(crate::policies::PINNED) {
+        let Ok(id) = id.parse::<Uuid>() else { return Ok(None) };
+        let row: Option<(Uuid, String, String, bool, String)> =
+            sqlx::query_as("select id, version, sha256_hex, builtin, interface_version from plugins where id = $1")
+                .bind(id)
+                .fetch_optional(db)
+                .await?;
+        return Ok(row.map(|(id, version, sha256, builtin, interface_version)| ResolvedPolicy {
+            name: name.to_string(),
+            version,
+            sha256,
+            kind: if builtin { "native" } else { "wasm" }.into(),
+            interface_version,
+            plugin_id: id,
+        }));
+    }
     let row: Option<(Uuid, String, String, bool, String)> = sqlx::query_as(
         "select id, version, sha256_hex, builtin, interface_version from plugins where name = $1 and state = 'active' \
          order by builtin, created_at desc limit 1",

@@ -97,7 +97,9 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         return Outcome::Failed(format!("recording the run's parameters: {e}"));
     }
     let scenario = params::apply(scenario, &params.tenants);
-    let mut instance = match params::instantiate(&inner.db, &policy, true).await {
+    // A trial (`plugin:{id}`) runs its component while it is still inactive.
+    let pinned = policy.name.starts_with(crate::policies::PINNED);
+    let mut instance = match params::instantiate(&inner.db, &policy, !pinned).await {
         Ok(p) => p,
         Err(e) => return Outcome::Failed(e),
     };

@@ -23,8 +23,8 @@ mod replay;
 mod scenario;
 mod summary;
 
-pub use exec::{ExecOp, OpExecutor};
 pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
+pub use exec::{ExecOp, OpExecutor};
 pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,

@@ -1,3 +1,5 @@
+//! Helpers the executor's integration tests share: small models, weights and placements.
+
 #![allow(dead_code)]
 
 use half::bf16;
