@@ -344,8 +344,9 @@ describe('any screen, any input', () => {
     const meta = await api(`/runs/${fx.slice.id}/timeline/meta`, fx.analystKey);
     await page.goto(`${BASE}/#/runs/${fx.slice.id}/timeline`);
     await page.waitForFunction(() => window.__timeline?.ready, null, { timeout: 60000 });
-    // Down to single ops around a real one on GPU 0.
-    const near = await api(`/runs/${fx.slice.id}/timeline?from_ns=${meta.from_ns}&to_ns=${meta.to_ns}&gpus=0&max_ops=500000`, fx.analystKey);
+    // Down to single ops around a real one on GPU 0, inside the recorded start window
+    // (elsewhere the timeline answers buckets).
+    const near = await api(`/runs/${fx.slice.id}/timeline?from_ns=${meta.from_ns}&to_ns=${meta.windows.find((w) => w.reason === 'start').recorded_to_ns}&gpus=0&max_ops=500000`, fx.analystKey);
     const i = Math.floor(near.ops.start_ns.length / 2);
     const mid = (near.ops.start_ns[i] + near.ops.end_ns[i]) / 2;
     await page.evaluate((m) => window.__timeline.setView(m - 5e5, m + 5e5), mid);
