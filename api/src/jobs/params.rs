@@ -139,14 +139,7 @@ pub async fn resolve_policy(db: &PgPool, name: &str) -> Result<Option<ResolvedPo
                 .bind(id)
                 .fetch_optional(db)
                 .await?;
-        return Ok(row.map(|(id, version, sha256, builtin, interface_version)| ResolvedPolicy {
-            name: name.to_string(),
-            version,
-            sha256,
-            kind: if builtin { "native" } else { "wasm" }.into(),
-            interface_version,
-            plugin_id: id,
-        }));
+        return Ok(row.map(|r| resolved(name, r)));
     }
     let row: Option<(Uuid, String, String, bool, String)> = sqlx::query_as(
         "select id, version, sha256_hex, builtin, interface_version from plugins where name = $1 and state = 'active' \
@@ -155,14 +148,22 @@ pub async fn resolve_policy(db: &PgPool, name: &str) -> Result<Option<ResolvedPo
     .bind(name)
     .fetch_optional(db)
     .await?;
-    Ok(row.map(|(id, version, sha256, builtin, interface_version)| ResolvedPolicy {
+    Ok(row.map(|r| resolved(name, r)))
+}
+
+/// A `plugins` row (id, version, sha256, builtin, interface version) as the policy a run names.
+fn resolved(
+    name: &str,
+    (id, version, sha256, builtin, interface_version): (Uuid, String, String, bool, String),
+) -> ResolvedPolicy {
+    ResolvedPolicy {
         name: name.to_string(),
         version,
         sha256,
         kind: if builtin { "native" } else { "wasm" }.into(),
         interface_version,
         plugin_id: id,
-    }))
+    }
 }
 
 /// A fresh instance of exactly the resolved plugin. `require_active`: a queued run
