@@ -63,6 +63,7 @@ pub enum Format {
 #[serde(deny_unknown_fields)]
 pub struct ExportQuery {
     /// `csv` (default) or `json`.
+    #[param(inline)]
     format: Option<Format>,
 }
 
@@ -75,7 +76,7 @@ const CHUNK: usize = 64 * 1024;
 /// that succeeded has results (409 otherwise); requests and series are a replay's,
 /// points a sweep's (422 for the other kind).
 #[utoipa::path(get, path = "/api/v1/runs/{id}/export/{part}", tag = "runs",
-    params(("id" = Uuid, Path), ("part" = Part, Path), ExportQuery),
+    params(("id" = Uuid, Path), ("part" = inline(Part), Path), ExportQuery),
     responses((status = 200, description = "The file, streamed; Content-Disposition names it",
                 content((String = "text/csv"), (Object = "application/json"))),
               (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem),
