@@ -338,9 +338,7 @@ describe('any screen, any input', () => {
     noErrors(page);
   });
 
-  // Skipped at the merge of whole-run timelines: its op query must follow the new meta
-  // (ops only inside recorded windows); see the stop note.
-  test('the timeline pans by touch and shows an op by tap, and by keyboard alone', { skip: 'op query to be moved inside a recorded window' }, async () => {
+  test('the timeline pans by touch and shows an op by tap, and by keyboard alone', async () => {
     const page = await phone();
     await signIn(page, fx.analystKey);
     const meta = await api(`/runs/${fx.slice.id}/timeline/meta`, fx.analystKey);
@@ -348,7 +346,10 @@ describe('any screen, any input', () => {
     await page.waitForFunction(() => window.__timeline?.ready, null, { timeout: 60000 });
     // Down to single ops around a real one on GPU 0, inside the recorded start window
     // (elsewhere the timeline answers buckets).
-    const near = await api(`/runs/${fx.slice.id}/timeline?from_ns=${meta.from_ns}&to_ns=${meta.windows.find((w) => w.reason === 'start').recorded_to_ns}&gpus=0&max_ops=500000`, fx.analystKey);
+    // The query must lie wholly inside the window: the run's span starts before it.
+    const start = meta.windows.find((w) => w.reason === 'start' && w.status === 'recorded');
+    const near = await api(`/runs/${fx.slice.id}/timeline?from_ns=${start.from_ns}&to_ns=${start.recorded_to_ns}&gpus=0&max_ops=500000`, fx.analystKey);
+    assert.equal(near.mode, 'ops', `the start window answers ops: ${JSON.stringify(start)}`);
     const i = Math.floor(near.ops.start_ns.length / 2);
     const mid = (near.ops.start_ns[i] + near.ops.end_ns[i]) / 2;
     await page.evaluate((m) => window.__timeline.setView(m - 5e5, m + 5e5), mid);

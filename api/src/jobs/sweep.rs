@@ -3,7 +3,7 @@
 //! runs share the blocking pool fairly. Stores `sweep.json` as the run's summary.
 
 use super::replay::replay_blocking;
-use super::{succeed, Ctx, Inner, Outcome};
+use super::{params, succeed, Ctx, Inner, Outcome};
 use slicesched_report::search::{search, Outcome as Found, Points, SearchOpts};
 use slicesched_report::{SweepPoint, SweepReport, SweepResult, SweepTiming};
 use slicesched_sim::ReplayOptions;
@@ -22,15 +22,32 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         }
     }
     let targets = spec.violation_targets.clone().unwrap_or_else(|| vec![0.01, 0.09]);
-    let dir = inner.config.scenarios_dir.clone();
-    let (name, text) = (spec.scenario.clone(), spec.scenario_toml.clone());
+    // A sweep is judged like a replay: against the SLAs the tenants registered, with
+    // its parameters and attribution recorded when it starts.
+    let mut params = match super::replay::params_of(inner, spec).await {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(e),
+    };
+    let scenario = match super::replay::load_scenario(inner, spec).await {
+        Ok(s) => s,
+        Err(e) => return Outcome::Failed(e),
+    };
+    params.seed = scenario.spec.seed;
+    let requested = super::replay::requested_tenants(spec);
+    params.tenants = match params::attribute(&inner.db, &params::scenario_slas(&scenario), &requested).await {
+        Ok(t) => t,
+        Err(e) => return Outcome::Failed(e),
+    };
+    if let Err(e) = params::record_start(&inner.db, spec.id, &params).await {
+        return Outcome::Failed(format!("recording the run's parameters: {e}"));
+    }
+    let scenario = params::apply(scenario, &params.tenants);
     let db = inner.db.clone();
     let run_id = spec.id;
     let handle = tokio::runtime::Handle::current();
     let cancel = ctx.cancel.clone();
     let cancelled = move || cancel.load(std::sync::atomic::Ordering::Relaxed);
     let joined = tokio::task::spawn_blocking(move || {
-        let scenario = crate::scenarios::load(&dir, &name, &text)?;
         let opts = SearchOpts::default();
         let started = Instant::now();
         let searches = (policies.len() * targets.len()) as f64;

@@ -180,3 +180,47 @@ async fn a_plugin_the_host_quarantines_during_a_run_is_marked_quarantined(pool: 
         post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "hostile" })).await;
     assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("policy")), "{v}");
 }
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_component_declaring_a_nul_or_huge_version_is_refused_naming_the_field(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    for (feature, says) in [("nul-version", "U+0000"), ("long-version", "limit 64")] {
+        let (s, v) = send(&app, upload("application/wasm", hostile(feature))).await;
+        assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("version")), "{feature}: {v}");
+        let detail = v["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{feature}: {detail}");
+        // The problem quotes none of the declared text back.
+        assert!(!detail.contains('\0') && detail.len() < 300, "{feature}: {detail}");
+    }
+    // Nothing was half-stored.
+    let (n,): (i64,) =
+        sqlx::query_as("select count(*) from plugins where name = 'hostile'").fetch_one(&pool).await.unwrap();
+    assert_eq!(n, 0);
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_refusal_of_24_mib_with_nuls_is_recorded_clean_and_bounded(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    let (s, p) = send(&app, upload("application/wasm", hostile("nul-refusal"))).await;
+    assert_eq!(s, StatusCode::CREATED, "{p}");
+    let id = p["id"].as_str().unwrap().to_string();
+    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/activate"), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, run) =
+        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "hostile" })).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{run}");
+    let run = wait_run(&app, run["id"].as_str().unwrap(), finished).await;
+    assert_eq!(run["status"], "succeeded", "the fallback finishes the run: {run}");
+    assert_eq!(run["fallback"]["quarantined"], true, "{run}");
+    let (_, p) = get(&app, &format!("/api/v1/plugins/{id}"), ADMIN).await;
+    assert_eq!(p["state"], "quarantined", "{p}");
+    let (_, audit) = get(&app, &format!("/api/v1/audit?action=plugin.quarantine&target={id}"), ADMIN).await;
+    let cause = audit["items"][0]["detail"]["cause"].as_str().unwrap_or_else(|| panic!("{audit}")).to_string();
+    assert!(
+        !cause.contains('\0') && !cause.contains('\u{1b}'),
+        "control characters kept: {:?}",
+        cause.chars().take(200).collect::<String>()
+    );
+    assert!(cause.chars().count() <= 2048 + 64, "a cause of {} characters", cause.chars().count());
+    assert!(cause.contains("no\u{FFFD}way"), "{:?}", cause.chars().take(300).collect::<String>());
+}

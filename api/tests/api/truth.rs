@@ -363,3 +363,36 @@ async fn shutdown_interrupts_running_runs_promptly(pool: PgPool) {
     assert_eq!(run["status"], "interrupted", "{run}");
     assert!(run["error"].as_str().unwrap().contains("stopped"), "{run}");
 }
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_sweep_is_judged_against_the_registered_slas_and_says_so(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    let sweep = |app: axum::Router| async move {
+        let id = start(
+            &app,
+            json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "violation_targets": [0.09] }),
+        )
+        .await;
+        let run = wait_run(&app, &id, finished).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+        run
+    };
+    let file_sla = sweep(app.clone()).await;
+    assert_eq!(file_sla["params"]["tenants"], json!([]));
+    let (chat, _) = tenant(&app, "chat").await;
+    set_sla(&app, &chat, 6.0).await; // a TPOT the smoke tenants cannot meet at any load
+    let tight = sweep(app.clone()).await;
+    let applied = tight["params"]["tenants"].as_array().unwrap();
+    let a = applied.iter().find(|a| a["scenario_tenant"] == "chat").unwrap_or_else(|| panic!("{applied:?}"));
+    assert_eq!(
+        (a["matched_by"].as_str(), a["sla_version"].as_i64(), a["tpot_ms"].as_f64()),
+        (Some("name"), Some(2), Some(6.0))
+    );
+    // The figures follow the SLA: the sweep's goodput can only fall under a tighter one.
+    let scale = |v: &Value| v["summary"]["results"][0]["rate_scale"].as_f64().unwrap();
+    assert!(scale(&tight) < scale(&file_sla), "{} vs {}", scale(&tight), scale(&file_sla));
+    // And the run's start is in the audit log with what it applied.
+    let (_, audit) =
+        get(&app, &format!("/api/v1/audit?action=run.start&target={}", tight["id"].as_str().unwrap()), ADMIN).await;
+    assert_eq!(audit["items"][0]["detail"]["tenants"][0]["tpot_ms"], 6.0, "{audit}");
+}
