@@ -7,6 +7,7 @@
 #   DATABASE_URL          a database URL on the Postgres server to use (a fresh database
 #                         is created beside it); else scripts/lib/postgres.sh provisions one
 #   PLUGIN_WASM           a policy component for the valid-upload test (else target/plugins/)
+#   WEB_TEST_FILES        test files to run (default: every tests/*.test.mjs)
 set -euo pipefail
 web="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$web/.." && pwd)"
@@ -77,6 +78,8 @@ fi
 export HOSTILE_WASM="$hostile"
 
 cd "$web"
-# Every test file, one after the other (they share the service and its run slots).
-BASE_URL="http://127.0.0.1:$port" node --test --test-concurrency=1 --test-reporter=spec tests/*.test.mjs
+# Every test file (or those WEB_TEST_FILES names), one after the other: they share the
+# service and its run slots.
+# shellcheck disable=SC2086
+BASE_URL="http://127.0.0.1:$port" node --test --test-concurrency=1 --test-reporter=spec ${WEB_TEST_FILES:-tests/*.test.mjs}
 echo "web tests: screenshots and timeline-perf.json in web/test-results/"
