@@ -11,11 +11,11 @@ export function rateLabel(run: Run): string | null {
   return `${+s.toPrecision(4)}×`;
 }
 
-/** "smoke · slice 0.3.0 (wasm) · 0.5×" */
+/** "smoke · slice 0.3.0 (wasm) · 0.5×"; a trial: "smoke · mine 0.1.0 (wasm, trial) · 1×" */
 export function runLabel(run: Run): string {
   const resolved = run.params?.policies ?? [];
   const policies = resolved.length
-    ? resolved.map((p) => `${p.name} ${p.version} (${p.kind})`).join(', ')
+    ? resolved.map((p) => `${p.name} ${p.version} (${p.kind}${p.trial ? ', trial' : ''})`).join(', ')
     : (run.policies ?? []).join(', ');
   const parts = [run.scenario, policies, rateLabel(run)].filter(Boolean);
   return parts.join(' · ') + (run.fallback ? ' · fallback' : '');

@@ -29,7 +29,9 @@ export interface Run {
 }
 
 export interface ResolvedPolicy { name: string; version: string; sha256: string; kind: 'wasm' | 'native' | string;
-  interface_version: string; plugin_id: string }
+  interface_version: string; plugin_id: string;
+  /** The run named this exact component (a trial of an uploaded plugin). */
+  trial?: boolean }
 export interface SlaFigures { ttft_ms: number; ttft_ms_per_1k: number; tpot_ms: number }
 export interface AppliedSla extends SlaFigures { scenario_tenant: string; tenant_id: string; tenant: string;
   matched_by: 'request' | 'name' | string; sla_version: number; scenario_sla: SlaFigures }

@@ -29,6 +29,9 @@ pub struct ResolvedPolicy {
     pub kind: String,
     pub interface_version: String,
     pub plugin_id: Uuid,
+    /// A trial: the run named this exact component (`plugin:{id}`), whatever its state.
+    #[serde(default)]
+    pub trial: bool,
 }
 
 /// The core's options a run replayed with (what else would change its figures).
@@ -134,12 +137,16 @@ pub async fn resolve_policy(db: &PgPool, name: &str) -> Result<Option<ResolvedPo
     // `plugin:{id}` (a trial) names exactly one component, whatever its state.
     if let Some(id) = name.strip_prefix(crate::policies::PINNED) {
         let Ok(id) = id.parse::<Uuid>() else { return Ok(None) };
-        let row: Option<(Uuid, String, String, bool, String)> =
-            sqlx::query_as("select id, version, sha256_hex, builtin, interface_version from plugins where id = $1")
-                .bind(id)
-                .fetch_optional(db)
-                .await?;
-        return Ok(row.map(|r| resolved(name, r)));
+        let row: Option<(String, Uuid, String, String, bool, String)> = sqlx::query_as(
+            "select name, id, version, sha256_hex, builtin, interface_version from plugins where id = $1",
+        )
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+        // Listed under the component's own name, marked as a trial.
+        return Ok(
+            row.map(|(name, id, v, sha, b, iv)| ResolvedPolicy { trial: true, ..resolved(&name, (id, v, sha, b, iv)) })
+        );
     }
     let row: Option<(Uuid, String, String, bool, String)> = sqlx::query_as(
         "select id, version, sha256_hex, builtin, interface_version from plugins where name = $1 and state = 'active' \
@@ -163,6 +170,7 @@ fn resolved(
         kind: if builtin { "native" } else { "wasm" }.into(),
         interface_version,
         plugin_id: id,
+        trial: false,
     }
 }
 

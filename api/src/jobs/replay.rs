@@ -98,7 +98,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     }
     let scenario = params::apply(scenario, &params.tenants);
     // A trial (`plugin:{id}`) runs its component while it is still inactive.
-    let pinned = policy.name.starts_with(crate::policies::PINNED);
+    let pinned = policy.trial;
     let mut instance = match params::instantiate(&inner.db, &policy, !pinned).await {
         Ok(p) => p,
         Err(e) => return Outcome::Failed(e),

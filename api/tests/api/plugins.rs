@@ -67,6 +67,13 @@ async fn a_valid_component_uploads_once_runs_and_disables(pool: PgPool) {
     assert_eq!(trial["policies"], json!([format!("plugin:{id}")]));
     let trial = wait_run(&app, trial["id"].as_str().unwrap(), finished).await;
     assert_eq!(trial["status"], "succeeded", "{trial}");
+    // It is listed under the component's own name, as a trial of exactly those bytes.
+    let resolved = &trial["params"]["policies"][0];
+    assert_eq!(
+        (resolved["name"].as_str(), resolved["trial"].as_bool(), resolved["sha256"].as_str()),
+        (Some("template"), Some(true), p["sha256_hex"].as_str()),
+        "{resolved}"
+    );
     let (_, trials) = get(&app, &format!("/api/v1/runs?policy=plugin:{id}"), &ana).await;
     assert_eq!(trials["items"][0]["id"], trial["id"]);
     let (_, still) = get(&app, &format!("/api/v1/plugins/{id}"), ADMIN).await;
