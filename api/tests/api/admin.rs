@@ -251,6 +251,11 @@ async fn the_audit_log_pages_and_filters_for_admins_only(pool: PgPool) {
     assert_eq!(v["items"][0]["detail"]["sla"]["ttft_ms"], 200.0);
     let (_, v) = get(&app, "/api/v1/audit?actor=nobody", ADMIN).await;
     assert_eq!(count(&v), 0);
+    // The actor filter matches a part of the name, ignoring case, with no wildcards.
+    let (_, v) = get(&app, "/api/v1/audit?actor=ALPH", ADMIN).await;
+    assert_eq!(count(&v), 3);
+    let (_, v) = get(&app, "/api/v1/audit?actor=tenant%3A%25", ADMIN).await;
+    assert_eq!(count(&v), 0, "% is a character, not a wildcard");
     let past = "2000-01-01T00:00:00Z";
     let future = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     assert_eq!(count(&get(&app, &format!("/api/v1/audit?since={past}&until={future}"), ADMIN).await.1), 6);
