@@ -93,3 +93,31 @@ fn run_executes_a_scenario_and_writes_replays_files_plus_the_executor() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("CUDA backend is not part of this build"), "{err}");
 }
+
+/// The shipped `slice` policy as its Wasm build (scripts/test.sh, or `slicesched plugin
+/// build`, writes `target/plugins/`), named by path so that a missing build fails here
+/// instead of silently running the native policy.
+#[test]
+fn run_drives_a_shipped_wasm_plugin_on_the_cpu_executor() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let wasm = root.join("target/plugins/slice.wasm");
+    assert!(wasm.is_file(), "{} missing: build the shipped plugins first (scripts/test.sh does)", wasm.display());
+    let out = tmp("run-wasm");
+    let o = bin()
+        .args(["run", "--scenario", "scenarios/tiny-2t.toml", "--executor", "cpu", "--quiet", "--policy"])
+        .arg(&wasm)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("quarantined"), "{err}");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["oom_events"], 0);
+    assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
+    // The plugin's decisions reached the executor: some ops ran away from home.
+    let ops = std::fs::read_to_string(out.join("ops.csv")).unwrap();
+    let borrowed = ops.lines().skip(1).filter(|l| l.ends_with(",0")).count();
+    assert!(borrowed > 0, "no op ran on a copy under the slice plugin");
+}

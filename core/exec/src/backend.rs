@@ -8,8 +8,9 @@
 use crate::kernels::Kernel;
 use crate::ExecError;
 use slicesched_gmg::MemLedger;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A device of one backend (`cpu:0`, later `cuda:0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -133,32 +134,60 @@ struct EvState {
     done: Option<Result<Timing, String>>,
 }
 
+#[derive(Debug, Default)]
+struct EvInner {
+    /// Set after `state` holds the result: lets a waiter spin without the lock.
+    ready: AtomicBool,
+    state: Mutex<EvState>,
+    cv: Condvar,
+}
+
+/// How long a waiter spins before it sleeps. Most ops of an iteration are tens of µs
+/// long, and a sleeping thread takes 5–50 µs to be woken (more on a busy machine), so a
+/// short spin turns the executor's per-op overhead from a scheduler wake-up into a few
+/// hundred ns; past it, waiting costs no CPU (CUDA's `cudaDeviceScheduleAuto` likewise).
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+
+/// Spins on `done` for up to [`SPIN`]; true once it held.
+pub(crate) fn spin_until(mut done: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if t.elapsed() > SPIN {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// Completion of one launch or copy: waited on by other streams (cross-stream and
 /// cross-device dependencies) and by the host. Backend-neutral: a CUDA backend keeps its
 /// `CUevent` beside it and completes this one from its collector thread.
 #[derive(Debug, Clone)]
 pub struct Event {
     id: u64,
-    inner: Arc<(Mutex<EvState>, Condvar)>,
+    inner: Arc<EvInner>,
 }
 
 impl Event {
     pub fn new(id: u64) -> Self {
-        Self { id, inner: Arc::new((Mutex::new(EvState::default()), Condvar::new())) }
+        Self { id, inner: Arc::new(EvInner::default()) }
     }
     pub fn id(&self) -> u64 {
         self.id
     }
     /// Marks the work done (or failed). Only the backend calls this, once.
     pub fn complete(&self, r: Result<Timing, String>) {
-        let (m, cv) = &*self.inner;
-        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         s.done = Some(r);
-        cv.notify_all();
+        self.inner.ready.store(true, Ordering::Release);
+        self.inner.cv.notify_all();
     }
     /// The timing if done, without blocking (`cuEventQuery`).
     pub fn query(&self) -> Option<Result<Timing, ExecError>> {
-        let s = self.inner.0.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         s.done.clone().map(|r| r.map_err(ExecError::Kernel))
     }
     /// Blocks until done (`cuEventSynchronize`). A failed launch is an error here, and in
@@ -167,9 +196,10 @@ impl Event {
         self.wait_timeout(Duration::from_secs(600))
     }
     pub fn wait_timeout(&self, limit: Duration) -> Result<Timing, ExecError> {
-        let (m, cv) = &*self.inner;
-        let s = m.lock().unwrap_or_else(|e| e.into_inner());
-        let (s, t) = cv.wait_timeout_while(s, limit, |s| s.done.is_none()).unwrap_or_else(|e| e.into_inner());
+        spin_until(|| self.inner.ready.load(Ordering::Acquire));
+        let s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (s, t) =
+            self.inner.cv.wait_timeout_while(s, limit, |s| s.done.is_none()).unwrap_or_else(|e| e.into_inner());
         if t.timed_out() {
             return Err(ExecError::Timeout(self.id));
         }

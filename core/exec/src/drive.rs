@@ -24,6 +24,8 @@ pub struct ExecRecord {
     pub kind: OpKind,
     pub layer: Option<u32>,
     pub group: u32,
+    /// Ran on its instance's own group (else on a copy it borrowed).
+    pub home: bool,
     pub tokens: u64,
     /// The cost model's prediction as fitted (no online correction).
     pub model_ns: u64,
@@ -256,6 +258,7 @@ impl OpExecutor for Driver<'_> {
                         _ => None,
                     },
                     group: op.group.0,
+                    home: op.group == self.home[op.instance as usize],
                     tokens: spec.tokens(),
                     model_ns,
                     predicted_ns: op.predicted_ns,

@@ -4,7 +4,8 @@
 //! stream first (priority acts between kernels, never preempting one — as on a GPU,
 //! where it acts at block boundaries).
 
-mod math;
+mod gemv;
+pub(crate) mod math;
 
 use crate::backend::*;
 use crate::kernels::Kernel;
@@ -301,7 +302,27 @@ fn worker(rx: mpsc::Receiver<Task>, dev: Arc<DevRt>, priority: i32, epoch: Insta
     let mut scratch = Scratch::default();
     let mut charged = 0u64;
     let now = || epoch.elapsed().as_nanos() as u64;
-    for task in rx {
+    // Spin briefly for the next task before sleeping in `recv` (see `backend::SPIN`):
+    // `run` submits an op right after the previous one completed.
+    let next = || {
+        let mut got = None;
+        crate::backend::spin_until(|| match rx.try_recv() {
+            Ok(t) => {
+                got = Some(Ok(t));
+                true
+            }
+            Err(mpsc::TryRecvError::Empty) => false,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                got = Some(Err(()));
+                true
+            }
+        });
+        match got {
+            Some(r) => r.ok(),
+            None => rx.recv().ok(),
+        }
+    };
+    while let Some(task) = next() {
         if let Some(e) = task.waits.iter().find_map(|w| w.wait().err()) {
             task.done.complete(Err(format!("an input failed: {e}")));
             continue;
@@ -441,4 +462,9 @@ pub fn parse_device(s: &str) -> Result<u32, ExecError> {
         }
         _ => Err(ExecError::UnknownDevice(format!("{s} (known: cpu, cpu:N)"))),
     }
+}
+
+/// Up to how many rows a GEMM runs as GEMVs straight from bf16 weights.
+pub fn gemv_max_m() -> usize {
+    gemv::GEMV_MAX_M
 }
