@@ -121,3 +121,35 @@ fn run_drives_a_shipped_wasm_plugin_on_the_cpu_executor() {
     let borrowed = ops.lines().skip(1).filter(|l| l.ends_with(",0")).count();
     assert!(borrowed > 0, "no op ran on a copy under the slice plugin");
 }
+
+/// A serving-replica policy: `pooled` puts a whole copy of `code` (model and KV) on
+/// GPU 0 and routes requests to it; under the executor those run on the copy's device.
+#[test]
+fn run_serves_requests_from_pooled_serving_replicas() {
+    let out = tmp("run-pooled");
+    let o = bin()
+        .args(["run", "--scenario", "scenarios/tiny-2t.toml", "--executor", "cpu", "--quiet", "--policy"])
+        .arg("native:pooled")
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["oom_events"], 0);
+    assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
+    assert_eq!(s["requests"], s["completed"].as_u64().unwrap() + s["dropped"].as_array().map_or(0, |d| d.len() as u64));
+    // Groups a tenant's ops ran on: its home and, for the replicated tenant, its copy.
+    let ops = std::fs::read_to_string(out.join("ops.csv")).unwrap();
+    let mut groups: Vec<(String, String)> = ops
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[1].to_string(), f[4].to_string())
+        })
+        .collect();
+    groups.sort();
+    groups.dedup();
+    assert!(groups.len() > 2, "no request ran on a serving replica: {groups:?}");
+}

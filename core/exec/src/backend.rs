@@ -142,20 +142,30 @@ struct EvInner {
     cv: Condvar,
 }
 
-/// How long a waiter spins before it sleeps. Most ops of an iteration are tens of µs
-/// long, and a sleeping thread takes 5–50 µs to be woken (more on a busy machine), so a
-/// short spin turns the executor's per-op overhead from a scheduler wake-up into a few
-/// hundred ns; past it, waiting costs no CPU (CUDA's `cudaDeviceScheduleAuto` likewise).
-pub(crate) const SPIN: Duration = Duration::from_micros(50);
+/// How long a waiter (the host on an event, a stream worker on its queue) spins before
+/// it sleeps: `SLICESCHED_EXEC_SPIN_US`, default 0 (sleep at once), like CUDA's choice
+/// between `cudaDeviceScheduleSpin` and `BlockingSync`. Measured with `slicesched bench
+/// exec` on this 2-core machine under ~6 concurrent compilers: launch to completion seen
+/// took 13 µs sleeping and 17 µs / 109 µs spinning 5 / 50 µs — a spinning thread spends
+/// its scheduler share and is the one descheduled, while a woken sleeper preempts the
+/// compilers at once. On dedicated cores a spin of tens of µs can win; measure first.
+pub fn spin_limit() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("SLICESCHED_EXEC_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        Duration::from_micros(us)
+    })
+}
 
-/// Spins on `done` for up to [`SPIN`]; true once it held.
+/// Spins on `done` for up to [`spin_limit`]; true once it held.
 pub(crate) fn spin_until(mut done: impl FnMut() -> bool) -> bool {
+    let limit = spin_limit();
     let t = Instant::now();
     loop {
         if done() {
             return true;
         }
-        if t.elapsed() > SPIN {
+        if t.elapsed() >= limit {
             return false;
         }
         std::hint::spin_loop();

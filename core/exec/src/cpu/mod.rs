@@ -302,7 +302,7 @@ fn worker(rx: mpsc::Receiver<Task>, dev: Arc<DevRt>, priority: i32, epoch: Insta
     let mut scratch = Scratch::default();
     let mut charged = 0u64;
     let now = || epoch.elapsed().as_nanos() as u64;
-    // Spin briefly for the next task before sleeping in `recv` (see `backend::SPIN`):
+    // Spin briefly for the next task before sleeping in `recv` (see `backend::spin_limit`):
     // `run` submits an op right after the previous one completed.
     let next = || {
         let mut got = None;
