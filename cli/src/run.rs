@@ -96,7 +96,18 @@ fn fidelity(ran: &ReplayResult, sim: &ReplayResult, ops: &[ExecRecord]) -> serde
         per_op.insert(k.name().into(), v);
     }
     let pairs: Vec<_> = ran.records.iter().zip(&sim.records).map(|(a, s)| (ttft_tpot(a), ttft_tpot(s))).collect();
+    let ms = |v: Option<f64>| v.map(|v| (v / 1e3).round() / 1e3);
+    let requests: Vec<_> = ran
+        .records
+        .iter()
+        .zip(&sim.records)
+        .zip(&pairs)
+        .map(|((r, _), ((ta, pa), (ts, ps)))| {
+            serde_json::json!({"id": r.id, "ttft_ms_run": ms(*ta), "ttft_ms_replay": ms(*ts), "tpot_ms_run": ms(*pa), "tpot_ms_replay": ms(*ps)})
+        })
+        .collect();
     serde_json::json!({
+        "requests": requests,
         "op": errors(ops.iter().map(|o| (o.model_ns as f64, o.actual_ns as f64))),
         "op_by_kind": per_op,
         "ttft": errors(pairs.iter().filter_map(|((a, _), (s, _))| Some(((*s)?, (*a)?)))),

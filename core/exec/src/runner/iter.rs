@@ -581,9 +581,9 @@ fn launch_op(
         }
         OpKind::Rope => {
             let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.row())?;
+            let positions = bld.meta(dev, Part::Positions)?;
             let c = b.copy(s, ins[0].view, out, waits)?;
             rec.kernels.push(c.clone());
-            let positions = bld.meta(dev, Part::Positions)?;
             let k = Kernel::Rope {
                 qkv: out,
                 positions,
@@ -599,10 +599,11 @@ fn launch_op(
             if t.kv[r].device != dev {
                 return Err(ExecError::Placement("attention away from its KV cache".into()));
             }
+            // Everything an op's kernels need is allocated before its first launch, so
+            // they run back to back instead of the stream sleeping between them.
             let cache = t.kv[r].caches[l];
             let slots = bld.meta(dev, Part::Slots)?;
             let qkv = ins[0].view;
-            let cw = launch(rec, Kernel::CacheWrite { qkv, slots, cache, tokens, heads }, waits)?;
             let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.q * heads.dim)?;
             let seqs = bld.meta.parts[Part::Ctx as usize].1;
             let max_blocks = bld.meta.parts[Part::Tables as usize].1 / seqs.max(1);
@@ -617,6 +618,7 @@ fn launch_op(
                 max_blocks,
                 heads,
             };
+            let cw = launch(rec, Kernel::CacheWrite { qkv, slots, cache, tokens, heads }, waits)?;
             (out, launch(rec, k, &[cw])?)
         }
         OpKind::OProj => {
@@ -642,9 +644,9 @@ fn launch_op(
         OpKind::FinalNorm => {
             let rows = bld.meta(dev, Part::Sampled)?;
             let g = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
-            let ge = launch(rec, Kernel::GatherRows { x: ins[0].view, rows, out: g, width: h }, waits)?;
             let out = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
             let weight = rank.final_norm.ok_or_else(|| ExecError::Placement("final norm not on this group".into()))?;
+            let ge = launch(rec, Kernel::GatherRows { x: ins[0].view, rows, out: g, width: h }, waits)?;
             (out, launch(rec, Kernel::RmsNorm { x: g, weight, out, rows: sampled, width: h, eps }, &[ge])?)
         }
         OpKind::LmHead => {
