@@ -123,10 +123,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 fn ops_csv(ops: &[ExecRecord]) -> String {
     let mut s =
-        String::from("serial,tenant,op,layer,group,tokens,model_us,predicted_us,actual_us,overhead_us,copy_bytes,home\n");
+        String::from("serial,tenant,op,layer,group,tokens,model_us,predicted_us,actual_us,overhead_us,copy_bytes,home,wall_us\n");
     for o in ops {
         s += &format!(
-            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{},{}\n",
+            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{},{},{:.3}\n",
             o.serial,
             o.tenant,
             o.kind.name(),
@@ -138,7 +138,8 @@ fn ops_csv(ops: &[ExecRecord]) -> String {
             o.actual_ns as f64 / 1e3,
             o.overhead_ns as f64 / 1e3,
             o.copy_bytes,
-            o.home as u8
+            o.home as u8,
+            o.wall_ns as f64 / 1e3
         );
     }
     s

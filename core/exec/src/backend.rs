@@ -121,6 +121,10 @@ pub struct Timing {
     /// When the stream reached it, after its waits (as a CUDA start event reads).
     pub start_ns: u64,
     pub end_ns: u64,
+    /// Time the device spent on the work. The CPU backend reads its stream thread's CPU
+    /// time, so a core taken away by another process on the host (a GPU kernel is never
+    /// descheduled) is not counted; a GPU backend reports `end − start`.
+    pub busy_ns: u64,
 }
 
 impl Timing {

@@ -91,10 +91,9 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// One op's time in ms as `slicesched run` measures it: its first kernel's start to its
-/// last kernel's end over all ranks (ranks run side by side on their devices).
+/// One op's device time in ms, as `slicesched run` takes it (see `OpTiming::busy_ns`).
 fn op_ms(o: &OpTiming, _tp: usize) -> f64 {
-    o.end_ns.saturating_sub(o.start_ns) as f64 / 1e6
+    o.busy_ns as f64 / 1e6
 }
 
 /// The best rate of square-ish bf16 GEMMs on `device` (GFLOP/s): the peak the cost

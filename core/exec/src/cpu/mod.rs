@@ -298,6 +298,35 @@ fn execute(task: &Task, scratch: &mut Scratch, copied: &AtomicU64) -> Result<(),
     }
 }
 
+/// CPU time of the calling thread (ns); 0 where it cannot be read (then `busy_ns` is 0
+/// and users of it fall back to the wall span). The C library std already links is
+/// called directly: the `libc` crate would be a new dependency for one call.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn thread_cpu_ns() -> u64 {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: glibc/musl's clock_gettime with a valid, writable 64-bit timespec (the
+    // layout on 64-bit Linux); it only reads the calling thread's CPU clock.
+    let r = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn thread_cpu_ns() -> u64 {
+    0
+}
+
 fn worker(rx: mpsc::Receiver<Task>, dev: Arc<DevRt>, priority: i32, epoch: Instant, copied: Arc<AtomicU64>) {
     let mut scratch = Scratch::default();
     let mut charged = 0u64;
@@ -328,16 +357,21 @@ fn worker(rx: mpsc::Receiver<Task>, dev: Arc<DevRt>, priority: i32, epoch: Insta
             continue;
         }
         dev.gate.acquire(priority);
-        let start_ns = now();
+        let (start_ns, cpu0) = (now(), thread_cpu_ns());
         let r = execute(&task, &mut scratch, &copied);
-        let end_ns = now();
+        let (end_ns, cpu1) = (now(), thread_cpu_ns());
         dev.gate.release();
         let grown = scratch.bytes().saturating_sub(charged);
         if grown > 0 {
             dev.ledger.lock().unwrap_or_else(|e| e.into_inner()).alloc(MemoryKind::Activations, grown, end_ns);
             charged += grown;
         }
-        task.done.complete(r.map(|_| Timing { submit_ns: task.submit_ns, start_ns, end_ns }));
+        task.done.complete(r.map(|_| Timing {
+            submit_ns: task.submit_ns,
+            start_ns,
+            end_ns,
+            busy_ns: cpu1.saturating_sub(cpu0).min(end_ns - start_ns),
+        }));
     }
     dev.ledger.lock().unwrap_or_else(|e| e.into_inner()).release(MemoryKind::Activations, charged);
 }

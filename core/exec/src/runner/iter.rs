@@ -31,6 +31,9 @@ pub struct OpTiming {
     pub end_ns: u64,
     /// Kernel time summed over its launches and ranks.
     pub kernel_ns: u64,
+    /// Device time of the op: its launches' busy time summed, per rank (ranks run side
+    /// by side on their devices). What `run` and `profile` take as its duration.
+    pub busy_ns: u64,
     /// Input copies from other devices: bytes and their summed time.
     pub copy_bytes: u64,
     pub copy_ns: u64,
@@ -42,6 +45,8 @@ pub(super) struct OpRec {
     kind: OpKind,
     layer: Option<u32>,
     group: usize,
+    /// Ranks the op ran on (its launches are spread evenly over them).
+    ranks: usize,
     kernels: Vec<Event>,
     copies: Vec<(Event, u64)>,
 }
@@ -230,6 +235,7 @@ pub(super) fn timing(r: &OpRec) -> Result<OpTiming, ExecError> {
         start_ns: u64::MAX,
         end_ns: 0,
         kernel_ns: 0,
+        busy_ns: 0,
         copy_bytes: 0,
         copy_ns: 0,
         launches: r.kernels.len() as u32,
@@ -242,6 +248,7 @@ pub(super) fn timing(r: &OpRec) -> Result<OpTiming, ExecError> {
                 t.start_ns = t.start_ns.min(k.start_ns);
                 t.end_ns = t.end_ns.max(k.end_ns);
                 t.kernel_ns += k.duration_ns();
+                t.busy_ns += k.busy_ns;
             }
             Err(e) => {
                 err.get_or_insert(e);
@@ -254,6 +261,7 @@ pub(super) fn timing(r: &OpRec) -> Result<OpTiming, ExecError> {
             t.copy_bytes += bytes;
         }
     }
+    t.busy_ns /= r.ranks.max(1) as u64;
     err.map_or(Ok(t), Err)
 }
 
@@ -418,6 +426,7 @@ pub(super) fn launch_one(
             kind: op.spec.kind,
             layer: layer.map(|l| l as u32),
             group: p.group,
+            ranks: if op.spec.kind == OpKind::AllGather { 1 } else { tp },
             kernels: vec![],
             copies: vec![],
         };
