@@ -122,8 +122,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn ops_csv(ops: &[ExecRecord]) -> String {
-    let mut s =
-        String::from("serial,tenant,op,layer,group,tokens,model_us,predicted_us,actual_us,overhead_us,copy_bytes,home,wall_us\n");
+    let mut s = String::from(
+        "serial,tenant,op,layer,group,tokens,model_us,predicted_us,actual_us,overhead_us,copy_bytes,home,wall_us\n",
+    );
     for o in ops {
         s += &format!(
             "{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{},{},{:.3}\n",

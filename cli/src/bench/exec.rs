@@ -37,7 +37,10 @@ pub fn run(a: Args) -> Result<()> {
         "machine (one core): {:.1} GFLOP/s {} peak, {:.1} GFLOP/s best bare matrixmultiply, {:.1} GB/s memory read",
         peak, r.fma_peak_kind, r.bare_best_gflops, r.read_gbs
     );
-    println!("GEMM y[m×n] = x[m×k]·wᵀ, bf16 in/out (GFLOP/s; the backend takes the GEMV path up to m = {}):", r.gemm_gemv_max_m);
+    println!(
+        "GEMM y[m×n] = x[m×k]·wᵀ, bf16 in/out (GFLOP/s; the backend takes the GEMV path up to m = {}):",
+        r.gemm_gemv_max_m
+    );
     println!(
         "{:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}",
         "m", "n", "k", "backend", "gemv", "panels", "bare", "back/bare", "back/peak", "w GB/s", "w/read"
@@ -64,7 +67,10 @@ pub fn run(a: Args) -> Result<()> {
         o.launch_to_seen_us_p50, o.launch_to_seen_us_p90, o.pipelined_us, o.runner_step_us_p50, o.runner_step_us_p90
     );
     println!("tokens/s end to end (one device, one core):");
-    println!("{:<12} {:>6} {:>7} {:>6} {:>12} {:>11} {:>10}", "model", "batch", "prompt", "steps", "prefill t/s", "decode t/s", "ms/step");
+    println!(
+        "{:<12} {:>6} {:>7} {:>6} {:>12} {:>11} {:>10}",
+        "model", "batch", "prompt", "steps", "prefill t/s", "decode t/s", "ms/step"
+    );
     for t in &r.tokens {
         println!(
             "{:<12} {:>6} {:>7} {:>6} {:>12.0} {:>11.1} {:>10.2}",

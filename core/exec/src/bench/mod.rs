@@ -41,7 +41,11 @@ impl BenchOptions {
             gemms,
             reps: if quick { 3 } else { 7 },
             launches: if quick { 500 } else { 3000 },
-            models: if quick { vec!["tiny-2l".into()] } else { vec!["tiny-2l".into(), "tiny-4l".into(), "tiny-3l-1k".into()] },
+            models: if quick {
+                vec!["tiny-2l".into()]
+            } else {
+                vec!["tiny-2l".into(), "tiny-4l".into(), "tiny-3l-1k".into()]
+            },
             generate: (4, 128, if quick { 8 } else { 32 }),
             bandwidth_mib: if quick { 64 } else { 256 },
         }
@@ -283,7 +287,13 @@ fn tokens(b: &CpuBackend, name: &str, (batch, prompt, steps): (usize, usize, usi
     for step in 0..steps {
         let seqs = last
             .iter()
-            .map(|&(seq, tok)| SeqWork { seq, tokens: vec![tok], start_pos: prompt + step, prefill: false, samples: true })
+            .map(|&(seq, tok)| SeqWork {
+                seq,
+                tokens: vec![tok],
+                start_pos: prompt + step,
+                prefill: false,
+                samples: true,
+            })
             .collect();
         last = r.run(t, &ExecBatch { seqs }, &home, false)?.tokens;
     }

@@ -88,7 +88,10 @@ mod tests {
         gemv(&x, &w, &mut a, m, n, k);
         let mut b = vec![0.0; m * n];
         body(&x, bytemuck::cast_slice(&w), &mut b, m, n, k);
-        assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
         for r in 0..m {
             for j in 0..n {
                 let want: f64 = (0..k).map(|i| x[r * k + i] as f64 * w[j * k + i].to_f64()).sum();
