@@ -3,6 +3,8 @@
 //! measured peak, the executor's overhead per op beyond its kernel, and tokens/s of
 //! tiny models end to end. Every figure is the best (GEMMs) or the median (overheads)
 //! of repeated runs: the best is what the code can do, the spread is the machine's noise.
+//! Work done on one thread is timed by that thread's CPU time (see [`Timer`]), so other
+//! processes taking the core away do not count; overheads are wall time by definition.
 
 pub mod peak;
 
@@ -107,6 +109,28 @@ pub struct ExecBench {
     pub tokens: Vec<Tokens>,
 }
 
+/// Times work on the calling thread by its CPU time (the wall clock where that cannot
+/// be read): a shared machine's other processes do not stretch the figure.
+pub struct Timer {
+    cpu: u64,
+    wall: Instant,
+}
+
+impl Timer {
+    pub fn start() -> Self {
+        Self { cpu: crate::cpu::thread_cpu_ns(), wall: Instant::now() }
+    }
+    pub fn ns(&self) -> u64 {
+        let cpu = crate::cpu::thread_cpu_ns().saturating_sub(self.cpu);
+        let wall = self.wall.elapsed().as_nanos() as u64;
+        if cpu == 0 {
+            wall
+        } else {
+            cpu.min(wall)
+        }
+    }
+}
+
 fn quantile(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(((v.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
@@ -134,7 +158,13 @@ fn gemm_row(b: &CpuBackend, (m, n, k): (usize, usize, usize), reps: usize) -> Re
     let s = b.stream(dev, 0)?;
     let mut err = None;
     let backend = best_ns(reps, || match b.launch(s, Kernel::Gemm { x, w, y, m, n, k }, &[]).and_then(|e| e.wait()) {
-        Ok(t) => t.duration_ns(),
+        Ok(t) => {
+            if t.busy_ns > 0 {
+                t.busy_ns
+            } else {
+                t.duration_ns()
+            }
+        }
         Err(e) => {
             err = Some(e);
             1
@@ -149,16 +179,16 @@ fn gemm_row(b: &CpuBackend, (m, n, k): (usize, usize, usize), reps: usize) -> Re
     let mut sc = Scratch::default();
     let mut path = |p| {
         best_ns(reps, || {
-            let t = Instant::now();
+            let t = Timer::start();
             matmul(&xb, &wb, (m, n, k), p, &mut sc);
             black_box(&sc.y);
-            t.elapsed().as_nanos() as u64
+            t.ns()
         })
     };
     let (gemv, panels) = (path(GemmPath::Gemv), path(GemmPath::Panels));
     let mut yf = vec![0f32; m * n];
     let bare = best_ns(reps, || {
-        let t = Instant::now();
+        let t = Timer::start();
         // SAFETY: x is m×k row-major, w is n×k row-major read as k×n (strides 1, k),
         // y is m×n row-major; all sized exactly above.
         unsafe {
@@ -180,7 +210,7 @@ fn gemm_row(b: &CpuBackend, (m, n, k): (usize, usize, usize), reps: usize) -> Re
             )
         };
         black_box(&yf);
-        t.elapsed().as_nanos() as u64
+        t.ns()
     });
     let rate = |ns: u64| flops / ns as f64;
     Ok(GemmRow {

@@ -1,8 +1,8 @@
 //! What this machine can do at most, measured: the FMA rate of one core and the rate
 //! at which one core streams memory. The executor's GEMMs are set against these.
 
+use super::Timer;
 use std::hint::black_box;
-use std::time::Instant;
 
 /// Independent FMA chains: more than latency × ports (4 × 2) so the loop is bound by
 /// throughput alone.
@@ -49,7 +49,7 @@ pub fn fma_peak_gflops() -> (f64, &'static str) {
     let mut best = 0.0f64;
     let mut what = "portable mul+add";
     for _ in 0..3 {
-        let t = Instant::now();
+        let t = Timer::start();
         #[cfg(target_arch = "x86_64")]
         let r = if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             what = "AVX2 FMA";
@@ -61,7 +61,7 @@ pub fn fma_peak_gflops() -> (f64, &'static str) {
         #[cfg(not(target_arch = "x86_64"))]
         let r = mul_add_portable(black_box(iters));
         black_box(r);
-        best = best.max(flops / t.elapsed().as_nanos().max(1) as f64);
+        best = best.max(flops / t.ns().max(1) as f64);
     }
     (best, what)
 }
@@ -88,7 +88,7 @@ pub fn read_bandwidth_gbs(mib: usize) -> f64 {
     let v: Vec<f32> = (0..mib << 18).map(|i| (i & 255) as f32).collect();
     let mut best = 0.0f64;
     for _ in 0..4 {
-        let t = Instant::now();
+        let t = Timer::start();
         #[cfg(target_arch = "x86_64")]
         let r = if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked just above).
@@ -99,7 +99,7 @@ pub fn read_bandwidth_gbs(mib: usize) -> f64 {
         #[cfg(not(target_arch = "x86_64"))]
         let r = sum(black_box(&v));
         black_box(r);
-        best = best.max((v.len() * 4) as f64 / t.elapsed().as_nanos().max(1) as f64);
+        best = best.max((v.len() * 4) as f64 / t.ns().max(1) as f64);
     }
     best
 }

@@ -302,7 +302,7 @@ fn execute(task: &Task, scratch: &mut Scratch, copied: &AtomicU64) -> Result<(),
 /// and users of it fall back to the wall span). The C library std already links is
 /// called directly: the `libc` crate would be a new dependency for one call.
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     #[repr(C)]
     struct Timespec {
         tv_sec: i64,
@@ -323,7 +323,7 @@ fn thread_cpu_ns() -> u64 {
 }
 
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     0
 }
 
