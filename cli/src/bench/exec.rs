@@ -32,10 +32,10 @@ pub fn run(a: Args) -> Result<()> {
     })
     .context("benchmarking the CPU executor")?;
     bar.finish_and_clear();
-    let peak = r.fma_peak_gflops;
+    let peak = r.peak_gflops;
     println!(
-        "machine (one core): {:.1} GFLOP/s {} peak, {:.1} GFLOP/s best bare matrixmultiply, {:.1} GB/s memory read",
-        peak, r.fma_peak_kind, r.bare_best_gflops, r.read_gbs
+        "machine (one core): peak {:.1} GFLOP/s (the better of a {} loop, {:.1}, and the best bare matrixmultiply, {:.1}); {:.1} GB/s memory read",
+        peak, r.fma_peak_kind, r.fma_peak_gflops, r.bare_best_gflops, r.read_gbs
     );
     println!(
         "GEMM y[m×n] = x[m×k]·wᵀ, bf16 in/out (GFLOP/s; the backend takes the GEMV path up to m = {}):",
