@@ -1,11 +1,17 @@
-//! `slicesched bench`: simulator throughput and whole-replay wall time.
+//! `slicesched bench`: simulator throughput and whole-replay wall time;
+//! `slicesched bench exec`: the executor's kernels, overheads and tokens/s.
+
+mod exec;
 
 use anyhow::{Context, Result};
 use slicesched_sim::Scenario;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    what: Option<What>,
     /// Scenarios to replay (default: the shipped azure-code-4t).
     #[arg(long, default_value = "scenarios/azure-code-4t.toml")]
     scenario: Vec<PathBuf>,
@@ -17,7 +23,17 @@ pub struct Args {
     repeat: usize,
 }
 
+#[derive(clap::Subcommand)]
+enum What {
+    /// The executor (CPU backend): GEMM GFLOP/s against `matrixmultiply` bare and the
+    /// measured peak, overhead per op, tokens/s of tiny models.
+    Exec(exec::Args),
+}
+
 pub fn run(a: Args) -> Result<()> {
+    if let Some(What::Exec(e)) = a.what {
+        return exec::run(e);
+    }
     println!(
         "{:<16} {:>10} {:>12} {:>8} {:>9} {:>11} {:>12} {:>13} {:>12} {:>11}",
         "scenario",

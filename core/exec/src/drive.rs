@@ -24,12 +24,19 @@ pub struct ExecRecord {
     pub kind: OpKind,
     pub layer: Option<u32>,
     pub group: u32,
+    /// Ran on its instance's own group (else on a copy it borrowed).
+    pub home: bool,
     pub tokens: u64,
     /// The cost model's prediction as fitted (no online correction).
     pub model_ns: u64,
     /// What the simulator's what-if used (with the online correction).
     pub predicted_ns: u64,
+    /// The op's device time (its kernels' busy time, see `OpTiming::busy_ns`): its
+    /// duration on the simulated timeline.
     pub actual_ns: u64,
+    /// First kernel's start to last kernel's end on the host clock (with any time the
+    /// host's scheduler took the core away, and gaps between the op's kernels).
+    pub wall_ns: u64,
     /// Launch to start, beyond waiting for inputs (host overhead of the executor).
     pub overhead_ns: u64,
     pub copy_bytes: u64,
@@ -176,7 +183,8 @@ impl<'b> Driver<'b> {
         ExecBatch { seqs }
     }
 
-    fn try_run(&mut self, op: &ExecOp<'_>) -> Result<(u64, u64, u64), ExecError> {
+    /// Runs the op: (device time, wall span, launch overhead, bytes copied).
+    fn try_run(&mut self, op: &ExecOp<'_>) -> Result<(u64, u64, u64, u64), ExecError> {
         let inst = op.instance as usize;
         let t = *self.inst_tenant.get(inst).ok_or_else(|| ExecError::Placement(format!("no instance {inst}")))?;
         let group = *self.groups[inst].get(&op.group).ok_or_else(|| {
@@ -198,7 +206,9 @@ impl<'b> Driver<'b> {
         let o = r?;
         self.launches += o.launches as u64;
         self.kernel_ns += o.kernel_ns;
-        Ok((o.end_ns.saturating_sub(o.start_ns), o.start_ns.saturating_sub(o.submit_ns), o.copy_bytes))
+        let wall = o.end_ns.saturating_sub(o.start_ns);
+        let busy = if o.busy_ns > 0 { o.busy_ns } else { wall };
+        Ok((busy, wall, o.start_ns.saturating_sub(o.submit_ns), o.copy_bytes))
     }
 
     /// The report's `executor` section.
@@ -238,7 +248,7 @@ impl OpExecutor for Driver<'_> {
         let c = self.correction(spec);
         let model_ns = (op.predicted_ns as f64 / c) as u64;
         match self.try_run(op) {
-            Ok((actual, overhead, copy_bytes)) => {
+            Ok((actual, wall, overhead, copy_bytes)) => {
                 let actual = actual.max(1);
                 if self.correct && model_ns > 0 {
                     let key = (spec.kind, octave(spec.tokens()));
@@ -256,10 +266,12 @@ impl OpExecutor for Driver<'_> {
                         _ => None,
                     },
                     group: op.group.0,
+                    home: op.group == self.home[op.instance as usize],
                     tokens: spec.tokens(),
                     model_ns,
                     predicted_ns: op.predicted_ns,
                     actual_ns: actual,
+                    wall_ns: wall,
                     overhead_ns: overhead,
                     copy_bytes,
                 });

@@ -10,12 +10,14 @@
 //!   checkpoint) and the byte-level tokenizer.
 //! - [`runner`]: loads a tenant's weights and KV cache onto devices and runs an
 //!   iteration's operator DAG under a placement.
+//! - [`bench`]: the executor's benchmarks (`slicesched bench exec`).
 //! - [`reference`]: a naive f64 forward pass the kernels are tested against.
 //!
 //! Architecture Invariant: this crate is the one place that knows device memory and
 //! `unsafe` device calls; everything above it sees ids, views and events.
 
 pub mod backend;
+pub mod bench;
 pub mod checkpoint;
 pub mod cpu;
 pub mod drive;

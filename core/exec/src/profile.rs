@@ -91,9 +91,9 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Per-rank kernel time of one op in ms.
-fn op_ms(o: &OpTiming, tp: usize) -> f64 {
-    o.kernel_ns as f64 / tp as f64 / 1e6
+/// One op's device time in ms, as `slicesched run` takes it (see `OpTiming::busy_ns`).
+fn op_ms(o: &OpTiming, _tp: usize) -> f64 {
+    o.busy_ns as f64 / 1e6
 }
 
 /// The best rate of square-ish bf16 GEMMs on `device` (GFLOP/s): the peak the cost
@@ -108,7 +108,8 @@ pub fn measure_peak(b: &dyn Backend, device: DeviceId) -> Result<f64, ExecError>
     let mut best = 0.0f64;
     for _ in 0..4 {
         let t = b.launch(s, Kernel::Gemm { x, w, y, m, n, k }, &[])?.wait()?;
-        best = best.max(2.0 * (m * n * k) as f64 / t.duration_ns().max(1) as f64);
+        let ns = if t.busy_ns > 0 { t.busy_ns } else { t.duration_ns() };
+        best = best.max(2.0 * (m * n * k) as f64 / ns.max(1) as f64);
     }
     for v in [x, w, y] {
         b.free(v.buf)?;
@@ -139,18 +140,19 @@ pub fn profile(
     let mut r = Runner::new(b);
     let t = r.load_tenant(model.clone(), &weights, devices, kv_tokens.div_ceil(16) + 1)?;
     let total = opts.tokens.len() + opts.prefills.len() + opts.decodes.len();
-    let home = |_: u32, _: OpKind, _: slicesched_model::Segment| OpPlace { group: 0, priority: 0 };
     let vocab = model.vocab() as i32;
+    // Op by op, as `slicesched run` drives them (each launched once its producer is
+    // done, then waited for), so the profile times what `run` will measure.
     let run = |r: &mut Runner, seqs: Vec<SeqWork>| -> Result<Vec<Vec<OpTiming>>, ExecError> {
         let batch = ExecBatch { seqs };
         let mut out = Vec::new();
         for rep in 0..=opts.reps {
-            let o = r.run(t, &batch, &home, false);
-            for s in &batch.seqs {
-                r.release(t, s.seq);
-            }
+            let mut st = r.begin(t, &batch)?;
+            let ops: Result<Vec<_>, _> =
+                (0..st.dag.len()).map(|i| r.step(&mut st, i, OpPlace { group: 0, priority: 0 })).collect();
+            r.end(st, true);
             if rep > 0 {
-                out.push(o?.ops);
+                out.push(ops?);
             }
         }
         Ok(out)

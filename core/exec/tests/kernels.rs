@@ -227,3 +227,21 @@ fn cache_write_skips_negative_slots_and_refuses_outside() {
     let e = k.run(Kernel::CacheWrite { qkv, slots: bad, cache, tokens: 2, heads }).unwrap_err();
     assert!(e.to_string().contains("slot 16"), "{e}");
 }
+
+/// Small-M GEMMs take the GEMV path, larger ones the panel path: both agree with the
+/// f64 reference on either side of the switch and with a ragged k.
+#[test]
+fn gemm_paths_agree_around_the_gemv_switch() {
+    let k = K::new();
+    let sw = slicesched_exec::cpu::gemv_max_m();
+    for m in [sw - 1, sw, sw + 1, 2 * sw + 3] {
+        let (n, kk) = (70, 131);
+        let (x, w) = (random_bf16(m * kk, 10 + m as u64, 1.0), random_bf16(n * kk, 20, 0.1));
+        let want = r::gemm(&f(&x), &f(&w), m, n, kk);
+        let (xv, wv) = (k.put(HostData::Bf16(x)), k.put(HostData::Bf16(w)));
+        let y = k.out(Dtype::F32, m * n);
+        k.run(Kernel::Gemm { x: xv, w: wv, y, m, n, k: kk }).unwrap();
+        let e = rel(&k.bf(y), &want);
+        assert!(e < 1e-5, "m = {m}: {e}");
+    }
+}

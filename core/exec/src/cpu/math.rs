@@ -215,6 +215,16 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
     Ok(())
 }
 
+/// Which code a GEMM runs (the benchmark times each; kernels take `Auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GemmPath {
+    Auto,
+    /// Straight from bf16 weights, row by row (small M).
+    Gemv,
+    /// bf16 panels widened to f32 and multiplied by `matrixmultiply`.
+    Panels,
+}
+
 fn gemm(
     x: &[bf16],
     w: &[bf16],
@@ -229,15 +239,41 @@ fn gemm(
     if m == 0 || n == 0 {
         return Ok(());
     }
+    matmul(x, w, (m, n, k), GemmPath::Auto, s);
+    match out {
+        Data::Bf16(d) => {
+            let dst = d.get_mut(y.offset..y.offset + m * n).ok_or("gemm output outside its buffer")?;
+            for (o, v) in dst.iter_mut().zip(&s.y) {
+                *o = bf16::from_f32(*v);
+            }
+        }
+        Data::F32(d) => {
+            d.get_mut(y.offset..y.offset + m * n).ok_or("gemm output outside its buffer")?.copy_from_slice(&s.y);
+        }
+        Data::I32(_) => return Err("gemm cannot write i32".into()),
+    }
+    Ok(())
+}
+
+/// `s.y[m×n] = x · wᵀ` in f32. The caller checked `x` holds m·k and `w` n·k elements.
+pub(crate) fn matmul(x: &[bf16], w: &[bf16], (m, n, k): (usize, usize, usize), path: GemmPath, s: &mut Scratch) {
     widen(&x[..m * k], &mut s.x);
     s.y.clear();
     s.y.resize(m * n, 0.0);
+    let gemv = match path {
+        GemmPath::Auto => m <= super::gemv::GEMV_MAX_M,
+        p => p == GemmPath::Gemv,
+    };
+    if gemv {
+        super::gemv::gemv(&s.x, w, &mut s.y, m, n, k);
+        return;
+    }
     for n0 in (0..n).step_by(PANEL_ROWS) {
         let nb = PANEL_ROWS.min(n - n0);
         widen(&w[n0 * k..(n0 + nb) * k], &mut s.w);
         // SAFETY: x is m×k row-major, the panel is nb rows of k (read as a k×nb matrix
         // with row stride 1 and column stride k), and y's columns n0..n0+nb of an m×n
-        // row-major matrix; all three are in bounds by the checks above.
+        // row-major matrix; all three are in bounds (checked by the caller, sized above).
         unsafe {
             matrixmultiply::sgemm(
                 m,
@@ -257,19 +293,6 @@ fn gemm(
             );
         }
     }
-    match out {
-        Data::Bf16(d) => {
-            let dst = d.get_mut(y.offset..y.offset + m * n).ok_or("gemm output outside its buffer")?;
-            for (o, v) in dst.iter_mut().zip(&s.y) {
-                *o = bf16::from_f32(*v);
-            }
-        }
-        Data::F32(d) => {
-            d.get_mut(y.offset..y.offset + m * n).ok_or("gemm output outside its buffer")?.copy_from_slice(&s.y);
-        }
-        Data::I32(_) => return Err("gemm cannot write i32".into()),
-    }
-    Ok(())
 }
 
 fn rope(qkv: &mut [bf16], pos: &[i32], tab: &[f32], tokens: usize, h: Heads, max_pos: usize) -> Result<(), String> {

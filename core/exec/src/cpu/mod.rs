@@ -4,19 +4,22 @@
 //! stream first (priority acts between kernels, never preempting one — as on a GPU,
 //! where it acts at block boundaries).
 
-mod math;
+mod gemv;
+pub(crate) mod math;
+mod stream;
 
 use crate::backend::*;
 use crate::kernels::Kernel;
 use crate::ExecError;
 use half::bf16;
-use math::{Ins, Scratch};
 use slicesched_gmg::{MemLedger, MemoryKind};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex, RwLock};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
+pub(crate) use stream::thread_cpu_ns;
+use stream::{worker, Gate};
 
 /// Device memory as the CPU backend stores it.
 #[derive(Debug)]
@@ -62,41 +65,6 @@ struct DevRt {
     info: DeviceInfo,
     ledger: Mutex<MemLedger>,
     gate: Gate,
-}
-
-/// The device's cores, handed to the most urgent waiter (then the oldest).
-struct Gate {
-    state: Mutex<GateState>,
-    cv: Condvar,
-}
-
-struct GateState {
-    free: u32,
-    next_ticket: u64,
-    waiting: std::collections::BTreeSet<(i32, u64)>,
-}
-
-impl Gate {
-    fn new(units: u32) -> Self {
-        let state = GateState { free: units.max(1), next_ticket: 0, waiting: Default::default() };
-        Self { state: Mutex::new(state), cv: Condvar::new() }
-    }
-    fn acquire(&self, priority: i32) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let me = (priority, s.next_ticket);
-        s.next_ticket += 1;
-        s.waiting.insert(me);
-        while !(s.free > 0 && s.waiting.first() == Some(&me)) {
-            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
-        }
-        s.waiting.remove(&me);
-        s.free -= 1;
-        self.cv.notify_all();
-    }
-    fn release(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).free += 1;
-        self.cv.notify_all();
-    }
 }
 
 enum Work {
@@ -238,89 +206,6 @@ impl Drop for CpuBackend {
     }
 }
 
-enum Guard<'a> {
-    R(std::sync::RwLockReadGuard<'a, Data>),
-    W(std::sync::RwLockWriteGuard<'a, Data>),
-}
-
-fn execute(task: &Task, scratch: &mut Scratch, copied: &AtomicU64) -> Result<(), String> {
-    let mut guards: Vec<(BufId, Guard)> = task
-        .bufs
-        .iter()
-        .map(|(id, b, w)| {
-            let g = if *w {
-                Guard::W(b.data.write().unwrap_or_else(|e| e.into_inner()))
-            } else {
-                Guard::R(b.data.read().unwrap_or_else(|e| e.into_inner()))
-            };
-            (*id, g)
-        })
-        .collect();
-    let mut ins = Ins { bufs: Vec::new() };
-    let mut out = None;
-    for (id, g) in guards.iter_mut() {
-        match g {
-            Guard::R(g) => ins.bufs.push((*id, &**g)),
-            Guard::W(g) => out = Some(&mut **g),
-        }
-    }
-    let out = out.ok_or("no output buffer")?;
-    match &task.work {
-        Work::Kernel(k) => math::run(k, &ins, out, scratch).map_err(|e| format!("{}: {e}", k.name())),
-        Work::Copy { src, dst } => {
-            if src.len != dst.len {
-                return Err(format!("copy of {} elements into a view of {}", src.len, dst.len));
-            }
-            let n = src.len;
-            let oob = || format!("copy view outside its buffer ({src:?} -> {dst:?})");
-            macro_rules! cp {
-                ($o:expr, $variant:ident) => {{
-                    let o = $o.get_mut(dst.offset..dst.offset + n).ok_or_else(oob)?;
-                    if src.buf == dst.buf {
-                        return Err("copy within one buffer".into());
-                    }
-                    let Some(Data::$variant(s)) = ins.bufs.iter().find(|b| b.0 == src.buf).map(|b| b.1) else {
-                        return Err("copy between buffers of different dtypes".into());
-                    };
-                    o.copy_from_slice(s.get(src.offset..src.offset + n).ok_or_else(oob)?);
-                    n * std::mem::size_of_val(&s[0])
-                }};
-            }
-            let bytes = match out {
-                Data::Bf16(o) => cp!(o, Bf16),
-                Data::F32(o) => cp!(o, F32),
-                Data::I32(o) => cp!(o, I32),
-            };
-            copied.fetch_add(bytes as u64, Ordering::Relaxed);
-            Ok(())
-        }
-    }
-}
-
-fn worker(rx: mpsc::Receiver<Task>, dev: Arc<DevRt>, priority: i32, epoch: Instant, copied: Arc<AtomicU64>) {
-    let mut scratch = Scratch::default();
-    let mut charged = 0u64;
-    let now = || epoch.elapsed().as_nanos() as u64;
-    for task in rx {
-        if let Some(e) = task.waits.iter().find_map(|w| w.wait().err()) {
-            task.done.complete(Err(format!("an input failed: {e}")));
-            continue;
-        }
-        dev.gate.acquire(priority);
-        let start_ns = now();
-        let r = execute(&task, &mut scratch, &copied);
-        let end_ns = now();
-        dev.gate.release();
-        let grown = scratch.bytes().saturating_sub(charged);
-        if grown > 0 {
-            dev.ledger.lock().unwrap_or_else(|e| e.into_inner()).alloc(MemoryKind::Activations, grown, end_ns);
-            charged += grown;
-        }
-        task.done.complete(r.map(|_| Timing { submit_ns: task.submit_ns, start_ns, end_ns }));
-    }
-    dev.ledger.lock().unwrap_or_else(|e| e.into_inner()).release(MemoryKind::Activations, charged);
-}
-
 impl Backend for CpuBackend {
     fn kind(&self) -> &'static str {
         "cpu"
@@ -441,4 +326,9 @@ pub fn parse_device(s: &str) -> Result<u32, ExecError> {
         }
         _ => Err(ExecError::UnknownDevice(format!("{s} (known: cpu, cpu:N)"))),
     }
+}
+
+/// Up to how many rows a GEMM runs as GEMVs straight from bf16 weights.
+pub fn gemv_max_m() -> usize {
+    gemv::GEMV_MAX_M
 }

@@ -31,6 +31,9 @@ pub struct OpTiming {
     pub end_ns: u64,
     /// Kernel time summed over its launches and ranks.
     pub kernel_ns: u64,
+    /// Device time of the op: its launches' busy time summed, per rank (ranks run side
+    /// by side on their devices). What `run` and `profile` take as its duration.
+    pub busy_ns: u64,
     /// Input copies from other devices: bytes and their summed time.
     pub copy_bytes: u64,
     pub copy_ns: u64,
@@ -42,6 +45,8 @@ pub(super) struct OpRec {
     kind: OpKind,
     layer: Option<u32>,
     group: usize,
+    /// Ranks the op ran on (its launches are spread evenly over them).
+    ranks: usize,
     kernels: Vec<Event>,
     copies: Vec<(Event, u64)>,
 }
@@ -230,6 +235,7 @@ pub(super) fn timing(r: &OpRec) -> Result<OpTiming, ExecError> {
         start_ns: u64::MAX,
         end_ns: 0,
         kernel_ns: 0,
+        busy_ns: 0,
         copy_bytes: 0,
         copy_ns: 0,
         launches: r.kernels.len() as u32,
@@ -242,6 +248,7 @@ pub(super) fn timing(r: &OpRec) -> Result<OpTiming, ExecError> {
                 t.start_ns = t.start_ns.min(k.start_ns);
                 t.end_ns = t.end_ns.max(k.end_ns);
                 t.kernel_ns += k.duration_ns();
+                t.busy_ns += k.busy_ns;
             }
             Err(e) => {
                 err.get_or_insert(e);
@@ -254,6 +261,7 @@ pub(super) fn timing(r: &OpRec) -> Result<OpTiming, ExecError> {
             t.copy_bytes += bytes;
         }
     }
+    t.busy_ns /= r.ranks.max(1) as u64;
     err.map_or(Ok(t), Err)
 }
 
@@ -418,6 +426,7 @@ pub(super) fn launch_one(
             kind: op.spec.kind,
             layer: layer.map(|l| l as u32),
             group: p.group,
+            ranks: if op.spec.kind == OpKind::AllGather { 1 } else { tp },
             kernels: vec![],
             copies: vec![],
         };
@@ -581,9 +590,9 @@ fn launch_op(
         }
         OpKind::Rope => {
             let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.row())?;
+            let positions = bld.meta(dev, Part::Positions)?;
             let c = b.copy(s, ins[0].view, out, waits)?;
             rec.kernels.push(c.clone());
-            let positions = bld.meta(dev, Part::Positions)?;
             let k = Kernel::Rope {
                 qkv: out,
                 positions,
@@ -599,10 +608,11 @@ fn launch_op(
             if t.kv[r].device != dev {
                 return Err(ExecError::Placement("attention away from its KV cache".into()));
             }
+            // Everything an op's kernels need is allocated before its first launch, so
+            // they run back to back instead of the stream sleeping between them.
             let cache = t.kv[r].caches[l];
             let slots = bld.meta(dev, Part::Slots)?;
             let qkv = ins[0].view;
-            let cw = launch(rec, Kernel::CacheWrite { qkv, slots, cache, tokens, heads }, waits)?;
             let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.q * heads.dim)?;
             let seqs = bld.meta.parts[Part::Ctx as usize].1;
             let max_blocks = bld.meta.parts[Part::Tables as usize].1 / seqs.max(1);
@@ -617,6 +627,7 @@ fn launch_op(
                 max_blocks,
                 heads,
             };
+            let cw = launch(rec, Kernel::CacheWrite { qkv, slots, cache, tokens, heads }, waits)?;
             (out, launch(rec, k, &[cw])?)
         }
         OpKind::OProj => {
@@ -642,9 +653,9 @@ fn launch_op(
         OpKind::FinalNorm => {
             let rows = bld.meta(dev, Part::Sampled)?;
             let g = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
-            let ge = launch(rec, Kernel::GatherRows { x: ins[0].view, rows, out: g, width: h }, waits)?;
             let out = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
             let weight = rank.final_norm.ok_or_else(|| ExecError::Placement("final norm not on this group".into()))?;
+            let ge = launch(rec, Kernel::GatherRows { x: ins[0].view, rows, out: g, width: h }, waits)?;
             (out, launch(rec, Kernel::RmsNorm { x: g, weight, out, rows: sampled, width: h, eps }, &[ge])?)
         }
         OpKind::LmHead => {
