@@ -51,14 +51,16 @@ impl PlannerSpec {
 }
 
 /// A tenant asks other GPUs for capacity when its peak forecast would keep its home
-/// busier than this (its bursts do not fit its own GPU)...
-pub const RHO_OVERLOAD: f64 = 1.0;
-/// ...and then for enough to bring its peak down to this share of each GPU serving it
+/// busier than this share: enough to bring its peak down to it on each GPU serving it
 /// (queueing delay grows as rho / (1 - rho): at one half a request waits about one
-/// service time). Asking already at `RHO_FIT` gave the light tenants of bursty-8t at
-/// four times its rate (peaks 0.7-0.9) serving copies that took the lenders' memory
-/// from the 24B tenants, whose peaks are twice their GPU.
+/// service time)...
 pub const RHO_FIT: f64 = 0.5;
+/// ...and the tenants whose peak would keep their home busier than it can be (their
+/// bursts do not fit their own GPU) choose first, serving and weight-only copies, before
+/// the others take what is left. One tier at `RHO_FIT` gave the light tenants of
+/// bursty-8t at four times its rate (peaks 0.7-0.9) serving copies that took the
+/// lenders' memory from the 24B tenants, whose peaks are twice their GPU.
+pub const RHO_OVERLOAD: f64 = 1.0;
 /// A GPU whose owners keep it busier than this on average lends nothing: a copy's work
 /// there would wait behind the owner's, and take KV its owner serves from.
 pub const OWNER_BUSY: f64 = 0.5;
@@ -100,11 +102,11 @@ pub fn tenant_loads(scn: &Scenario) -> Vec<TenantLoad> {
         .collect()
 }
 
-/// The serving capacity a tenant asks of other GPUs, in homes' worth: none while its
-/// peak fits its home ([`RHO_OVERLOAD`]), else what brings its peak to [`RHO_FIT`]; a
-/// little (one copy) when its home cannot hold the KV its peak needs.
+/// The serving capacity a tenant asks of other GPUs, in homes' worth: what brings its
+/// peak down to [`RHO_FIT`]; a little (one copy) when its home cannot hold the KV its
+/// peak needs.
 fn capacity_wanted(load: &TenantLoad, home_kv_tokens: u64) -> f64 {
-    let by_time = if load.rho_peak > RHO_OVERLOAD { load.rho_peak / RHO_FIT - 1.0 } else { 0.0 };
+    let by_time = (load.rho_peak / RHO_FIT - 1.0).max(0.0);
     if load.kv_tokens > home_kv_tokens {
         by_time.max(f64::MIN_POSITIVE)
     } else {
@@ -152,6 +154,21 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         .zip(&loads)
         .map(|(t, l)| capacity_wanted(l, t.kv_blocks as u64 * t.engine.block_size as u64))
         .collect();
+    // Tier 1: the tenants whose peak does not fit their home at all (or whose KV does
+    // not); tier 2: the others that want capacity.
+    let tier: Vec<u8> = out
+        .tenants
+        .iter()
+        .zip(&loads)
+        .map(|(t, l)| {
+            let kv_short = l.kv_tokens > t.kv_blocks as u64 * t.engine.block_size as u64;
+            if l.rho_peak > RHO_OVERLOAD || kv_short {
+                1
+            } else {
+                2
+            }
+        })
+        .collect();
     let mut got = vec![0f64; scn.tenants.len()];
     let mut guest_max_act = vec![0u64; n];
     let mut homes: Vec<TenantHome> = scn.deployment.homes.iter().filter(|h| h.is_home).cloned().collect();
@@ -159,19 +176,19 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
     // is worth most to a KV-bound tenant (a 13B without GQA holds a sixth of the tokens
     // of an 8B with it in the same memory).
     homes.sort_by_key(|h| (scn.tenants[h.tenant.index()].kv_blocks, h.tenant));
-    // Serving copies first, for every policy that routes requests, so an operator-level
-    // policy (`Both`) gets the same serving copies as a request-level one (`Serving`);
-    // weight-only copies then go to the tenants no serving copy fits for (a model too
-    // large to serve beside another home), in what serving copies left.
-    let phases: &[bool] = match mode {
-        ReplicaMode::Serving => &[true],
-        ReplicaMode::Both => &[true, false],
-        _ => &[false],
+    // In each tier, serving copies first, for every policy that routes requests, so an
+    // operator-level policy (`Both`) gets the same serving copies as a request-level one
+    // (`Serving`); weight-only copies then go to the tenants no serving copy fits for (a
+    // model too large to serve beside another home), in what serving copies left.
+    let phases: &[(u8, bool)] = match mode {
+        ReplicaMode::Serving => &[(1, true), (2, true)],
+        ReplicaMode::Both => &[(1, true), (1, false), (2, true), (2, false)],
+        _ => &[(1, false), (2, false)],
     };
-    for &serving in phases {
+    for &(tier_now, serving) in phases {
         let pass: Vec<&TenantHome> = homes
             .iter()
-            .filter(|h| wanted[h.tenant.index()] > 0.0)
+            .filter(|h| wanted[h.tenant.index()] > 0.0 && tier[h.tenant.index()] == tier_now)
             .filter(|h| serving || !out.deployment.replicas(h.tenant).any(|r| r.serves))
             .collect();
         // A lender's weight budget is split evenly among the tenants that may copy
@@ -258,8 +275,8 @@ impl Lenders<'_> {
 }
 
 /// The next copy of `h`'s tenant, if one fits, and the GPUs it goes on: another
-/// tenant's home group of the same size (same TP layout), or for a one-GPU model one GPU
-/// of a larger home, whose owners are not busy ([`OWNER_BUSY`]); nearest first (same
+/// tenant's home group of the same size (same TP layout) whose owners are not busy
+/// ([`OWNER_BUSY`]); nearest first (same
 /// node), then the one whose owners leave the most time spare, then the one with the
 /// most budget left; whole, or (weight-only) the layer range that fits.
 fn next_copy(
@@ -278,10 +295,11 @@ fn next_copy(
     let mut targets: Vec<Vec<GpuId>> = Vec::new();
     for o in homes.iter().filter(|o| o.tenant != h.tenant) {
         let gpus = &dep.group(o.group).gpus;
+        // Only groups of the same size: a one-GPU copy on one GPU of a larger home would
+        // be a group overlapping that home's, which the core's memory checks were not
+        // built for (an adversarial replay with such copies counted OOM events).
         if gpus.len() == tp {
             targets.push(gpus.clone());
-        } else if tp == 1 {
-            targets.extend(gpus.iter().map(|&g| vec![g]));
         }
     }
     targets.retain(|g| {
@@ -402,7 +420,7 @@ mod tests {
     fn a_tenant_whose_peak_fits_its_home_asks_no_copies() {
         let s = scenario(2, &[("llama-3-8b", "[0]", 0.5, ""), ("llama-3-8b", "[1]", 0.5, "")]);
         let loads = tenant_loads(&s);
-        assert!(loads.iter().all(|l| l.rho_peak < RHO_OVERLOAD), "{loads:?}");
+        assert!(loads.iter().all(|l| l.rho_peak < RHO_FIT), "{loads:?}");
         let p = plan(&s, ReplicaMode::Both).unwrap();
         assert_eq!(p.deployment.homes.len(), 2, "no copies: {:?}", p.deployment.homes);
     }
