@@ -193,14 +193,21 @@ fn bursty_8t_fits_weights_of_its_large_models_but_no_serving_copies() {
 #[test]
 fn only_a_tenant_whose_load_outgrows_its_home_gets_copies() {
     use slicesched_sim::{plan, ReplicaMode};
-    let planned = |rate: &str| {
-        let text = two_tenants(("llama-3-8b", ""), ("llama-3-8b", "")).replacen("rate = 1.0", rate, 1);
-        plan(&scenario(&text), ReplicaMode::Serving).unwrap()
+    // Tenant a at `a`, b at `b` requests/s.
+    let planned = |a: &str, b: &str| {
+        let text = two_tenants(("llama-3-8b", ""), ("llama-3-8b", ""))
+            .replacen("rate = 1.0", &format!("rate = {a}"), 1)
+            .replacen("rate = 1.0", &format!("rate = {b}"), 1);
+        let s = scenario(&text);
+        let loads = slicesched_sim::tenant_loads(&s);
+        (plan(&s, ReplicaMode::Serving).unwrap(), loads)
     };
-    // Both light: nobody asks.
-    assert_eq!(planned("rate = 1.0").deployment.homes.len(), 2);
+    // Both light (their peaks keep their A100 busy under half the time): nobody asks.
+    let (light, loads) = planned("0.2", "0.2");
+    assert!(loads.iter().all(|l| l.rho_peak < slicesched_sim::RHO_FIT), "{loads:?}");
+    assert_eq!(light.deployment.homes.len(), 2);
     // Tenant a at 20 requests/s of ~2k-token prompts outgrows its A100; b still asks none.
-    let busy = planned("rate = 20.0");
+    let (busy, _) = planned("20.0", "0.2");
     assert!(busy.deployment.replicas(slicesched_gmg::TenantId(0)).count() == 1, "{:?}", busy.deployment.homes);
     assert_eq!(busy.deployment.replicas(slicesched_gmg::TenantId(1)).count(), 0);
 }
