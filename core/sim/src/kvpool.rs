@@ -4,7 +4,8 @@
 //! per GPU (`pooled`'s MuxServe-style unified KV cache, `slice`), their paged KV caches
 //! draw blocks from one pool: a bursting tenant's copy grows into the KV an idle home is
 //! not using, and gives it back as its requests finish. A home keeps a reserve
-//! (`keep_kv_tokens`) no copy may take. Policies that model one process per container
+//! no copy may take: its tenant's explicit `keep_kv_tokens`, else the KV its load holds at
+//! its peak (the planner's `load.rs`). Policies that model one process per container
 //! (time-slicing's context switches, MPS lanes) keep the planner's static split.
 
 use crate::replay::Sim;

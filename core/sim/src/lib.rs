@@ -14,6 +14,7 @@ mod busy;
 mod devices;
 mod exec;
 mod kvpool;
+pub mod load;
 mod metrics;
 mod place;
 mod planner;
@@ -29,7 +30,7 @@ pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,
 };
-pub use planner::{plan, PlannerSpec, ReplicaMode};
+pub use planner::{plan, tenant_loads, PlannerSpec, ReplicaMode, TenantLoad, OWNER_BUSY, RHO_FIT, RHO_OVERLOAD};
 pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};
 pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};

@@ -5,48 +5,36 @@
 //! operator-level policy run a tenant's GEMMs elsewhere; `Serving` replicas (whole
 //! models with their own KV cache and engine) let a request-level policy route whole
 //! requests. Replicas only take memory that would otherwise have gone to the host's KV
-//! cache, and at most `replica_memory_fraction` of it, so no tenant's KV is starved.
+//! cache, and at most `replica_memory_fraction` of it, never what the host's own load
+//! needs at its peak. Which tenants get copies, how many and where follows from each
+//! tenant's offered load (`load.rs`): a tenant whose peak fits its home asks none, and
+//! copies go only to GPUs whose owners leave time spare.
 
+use crate::load::{LoadProfile, ServiceCost};
 use crate::scenario::{size_kv_caches, Scenario, ScenarioError};
 use serde::{Deserialize, Serialize};
-use slicesched_gmg::{Deployment, GroupId, TenantHome, TenantId};
+use slicesched_cost::{CostModel, DeviceCtx};
+use slicesched_gmg::{Deployment, TenantHome, TenantId};
 use slicesched_hw::GpuId;
 pub use slicesched_policy::ReplicaMode;
 
-/// Planner knobs (`[planner]` in a scenario).
+/// Planner knobs (`[planner]` in a scenario). Which tenants get copies, how many and
+/// where, and how much KV each home keeps, follow from the tenants' load (`load.rs`).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PlannerSpec {
     /// Most of a GPU's KV memory that other tenants' replicas may take.
     pub replica_memory_fraction: f64,
-    /// For a policy that uses both kinds, the share of what serving copies leave of
-    /// that budget weight-only copies may take (they cost the host KV cache and serve
-    /// no request by themselves; on the former 7-14B bursty-8t they cost `slice` 2
-    /// points of violations; where no serving copy fits, they are all a copy can be).
-    pub weight_replica_fraction: f64,
-    /// Most copies of one tenant, unless the tenant asks its own (`max_replicas`).
-    pub max_replicas_per_tenant: u32,
     /// Allow replicas of a layer range when the whole model does not fit.
     pub layer_ranges: bool,
     /// Activation memory kept for borrowed ops on a GPU hosting weight replicas, in
     /// units of the largest guest's activation reserve.
     pub guest_reserve_factor: f64,
-    /// KV-cache tokens every home tenant keeps whatever replicas want (so a tenant
-    /// with a large KV footprint is not starved to make room for others' weights),
-    /// unless the tenant asks its own (`keep_kv_tokens` in `[[tenants]]`).
-    pub keep_kv_tokens: u64,
 }
 
 impl Default for PlannerSpec {
     fn default() -> Self {
-        Self {
-            replica_memory_fraction: 0.75,
-            weight_replica_fraction: 0.0,
-            max_replicas_per_tenant: 3,
-            layer_ranges: true,
-            guest_reserve_factor: 4.0,
-            keep_kv_tokens: 100_000,
-        }
+        Self { replica_memory_fraction: 0.75, layer_ranges: true, guest_reserve_factor: 4.0 }
     }
 }
 
@@ -55,23 +43,91 @@ impl PlannerSpec {
         if !(0.0..=0.9).contains(&self.replica_memory_fraction) {
             return Err(format!("replica_memory_fraction must be in [0, 0.9], got {}", self.replica_memory_fraction));
         }
-        if !(0.0..=1.0).contains(&self.weight_replica_fraction) {
-            return Err(format!("weight_replica_fraction must be in [0, 1], got {}", self.weight_replica_fraction));
-        }
         if !(self.guest_reserve_factor.is_finite() && self.guest_reserve_factor >= 0.0) {
             return Err("guest_reserve_factor must be non-negative".into());
-        }
-        if self.keep_kv_tokens > crate::scenario::MAX_KV_TOKENS {
-            let max = crate::scenario::MAX_KV_TOKENS;
-            return Err(format!("keep_kv_tokens must be at most {max}, got {}", self.keep_kv_tokens));
         }
         Ok(())
     }
 }
 
+/// A tenant asks other GPUs for capacity when its peak forecast would keep its home
+/// busier than this share: enough to bring its peak down to it on each GPU serving it
+/// (queueing delay grows as rho / (1 - rho): at one half a request waits about one
+/// service time)...
+pub const RHO_FIT: f64 = 0.5;
+/// ...and the tenants whose peak would keep their home busier than it can be (their
+/// bursts do not fit their own GPU) choose first, serving and weight-only copies, before
+/// the others take what is left. One tier at `RHO_FIT` gave the light tenants of
+/// bursty-8t at four times its rate (peaks 0.7-0.9) serving copies that took the
+/// lenders' memory from the 24B tenants, whose peaks are twice their GPU.
+pub const RHO_OVERLOAD: f64 = 1.0;
+/// A GPU whose owners keep it busier than this on average lends nothing: a copy's work
+/// there would wait behind the owner's, and take KV its owner serves from.
+pub const OWNER_BUSY: f64 = 0.5;
+
+/// A tenant's load as the planner sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct TenantLoad {
+    pub profile: LoadProfile,
+    /// Busy share of its home at its mean load and at its peak forecast.
+    pub rho_mean: f64,
+    pub rho_peak: f64,
+    /// KV tokens its peak load holds at once.
+    pub kv_tokens: u64,
+}
+
+/// Every tenant's load, metered over the scenario's requests (already rate-scaled).
+pub fn tenant_loads(scn: &Scenario) -> Vec<TenantLoad> {
+    let cost = CostModel::default_a100();
+    scn.tenants
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let arrivals = scn
+                .requests
+                .iter()
+                .filter(|(k, _)| *k as usize == i)
+                .map(|(_, r)| (r.arrival_ns, r.prompt_tokens, r.output_tokens));
+            let profile = LoadProfile::of(&t.sla, arrivals);
+            let dev =
+                DeviceCtx { sku: scn.cluster.gpu(t.gpus[0]).sku.clone(), group_link: scn.cluster.group_link(&t.gpus) };
+            let c = ServiceCost::new(cost, &dev, &t.model, t.gpus.len() as u32, &t.sla, t.engine.max_batched_tokens);
+            TenantLoad {
+                profile,
+                rho_mean: c.rho(&profile.mean),
+                rho_peak: c.rho(&profile.peak),
+                kv_tokens: (profile.peak.kv_tokens.ceil() as u64).min(crate::scenario::MAX_KV_TOKENS),
+            }
+        })
+        .collect()
+}
+
+/// The serving capacity a tenant asks of other GPUs, in homes' worth: what brings its
+/// peak down to [`RHO_FIT`]; a little (one copy) when its home cannot hold the KV its
+/// peak needs.
+fn capacity_wanted(load: &TenantLoad, home_kv_tokens: u64) -> f64 {
+    let by_time = (load.rho_peak / RHO_FIT - 1.0).max(0.0);
+    if load.kv_tokens > home_kv_tokens {
+        by_time.max(f64::MIN_POSITIVE)
+    } else {
+        by_time
+    }
+}
+
+/// What a copy on a group adds to its tenant's capacity: the share of the time its
+/// owners leave, times the share of the layers it holds.
+fn capacity_of(copy: &TenantHome, layers: u32, owner_busy: f64) -> f64 {
+    (1.0 - owner_busy).max(0.0) * (copy.layers.1 - copy.layers.0) as f64 / layers.max(1) as f64
+}
+
 /// The scenario with replicas added for `mode` and KV caches re-sized around them.
 pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError> {
     let mut out = scn.clone();
+    let loads = tenant_loads(scn);
+    // A home keeps what its load holds at its peak, unless its tenant asked for a size.
+    for (t, l) in out.tenants.iter_mut().zip(&loads) {
+        t.keep_kv_tokens = t.kv_request.unwrap_or(l.kv_tokens);
+    }
     if mode == ReplicaMode::None || scn.tenants.len() < 2 {
         return Ok(out);
     }
@@ -83,29 +139,58 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
         .map(|g| {
             let gpu = GpuId(g as u32);
             let free = scn.kv_bytes_on(gpu);
-            let keep: u64 = scn.tenants.iter().filter(|t| t.gpus.contains(&gpu)).map(|t| t.keep_bytes()).sum();
+            let keep: u64 = out.tenants.iter().filter(|t| t.gpus.contains(&gpu)).map(|t| t.keep_bytes()).sum();
             ((free as f64 * spec.replica_memory_fraction) as u64).min(free.saturating_sub(keep))
         })
         .collect();
+    // Per GPU, its owners' mean busy share: a busy owner's GPU lends nothing.
+    let mut owner_rho = vec![0f64; n];
+    for (t, l) in scn.tenants.iter().zip(&loads) {
+        t.gpus.iter().for_each(|g| owner_rho[g.0 as usize] += l.rho_mean);
+    }
+    let wanted: Vec<f64> = out
+        .tenants
+        .iter()
+        .zip(&loads)
+        .map(|(t, l)| capacity_wanted(l, t.kv_blocks as u64 * t.engine.block_size as u64))
+        .collect();
+    // Tier 1: the tenants whose peak does not fit their home at all (or whose KV does
+    // not); tier 2: the others that want capacity.
+    let tier: Vec<u8> = out
+        .tenants
+        .iter()
+        .zip(&loads)
+        .map(|(t, l)| {
+            let kv_short = l.kv_tokens > t.kv_blocks as u64 * t.engine.block_size as u64;
+            if l.rho_peak > RHO_OVERLOAD || kv_short {
+                1
+            } else {
+                2
+            }
+        })
+        .collect();
+    let mut got = vec![0f64; scn.tenants.len()];
     let mut guest_max_act = vec![0u64; n];
     let mut homes: Vec<TenantHome> = scn.deployment.homes.iter().filter(|h| h.is_home).cloned().collect();
     // The tenant whose home holds the fewest KV tokens picks first: a copy's KV cache
     // is worth most to a KV-bound tenant (a 13B without GQA holds a sixth of the tokens
     // of an 8B with it in the same memory).
     homes.sort_by_key(|h| (scn.tenants[h.tenant.index()].kv_blocks, h.tenant));
-    let mut copies = vec![0u32; scn.tenants.len()];
-    // Serving copies first, for every policy that routes requests, so an operator-level
-    // policy (`Both`) gets the same serving copies as a request-level one (`Serving`);
-    // weight-only copies then take only what serving copies left.
-    let phases: &[bool] = match mode {
-        ReplicaMode::Serving => &[true],
-        ReplicaMode::Both => &[true, false],
-        _ => &[false],
+    // In each tier, serving copies first, for every policy that routes requests, so an
+    // operator-level policy (`Both`) gets the same serving copies as a request-level one
+    // (`Serving`); weight-only copies then go to the tenants no serving copy fits for (a
+    // model too large to serve beside another home), in what serving copies left.
+    let phases: &[(u8, bool)] = match mode {
+        ReplicaMode::Serving => &[(1, true), (2, true)],
+        ReplicaMode::Both => &[(1, true), (1, false), (2, true), (2, false)],
+        _ => &[(1, false), (2, false)],
     };
-    for &serving in phases {
-        if !serving && mode == ReplicaMode::Both {
-            budget.iter_mut().for_each(|b| *b = (*b as f64 * spec.weight_replica_fraction) as u64);
-        }
+    for &(tier_now, serving) in phases {
+        let pass: Vec<&TenantHome> = homes
+            .iter()
+            .filter(|h| wanted[h.tenant.index()] > 0.0 && tier[h.tenant.index()] == tier_now)
+            .filter(|h| serving || !out.deployment.replicas(h.tenant).any(|r| r.serves))
+            .collect();
         // A lender's weight budget is split evenly among the tenants that may copy
         // weights onto it, so that each one's bursts can borrow from every lender
         // rather than a few lenders each: uncorrelated bursts rarely want the same
@@ -115,39 +200,46 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
             vec![u64::MAX; n]
         } else {
             let wanting = |g: usize| {
-                let on_g = |t: &crate::scenario::TenantSetup| t.gpus.iter().any(|x| x.0 as usize == g);
-                scn.tenants.iter().filter(|t| t.max_replicas > 0 && !on_g(t)).count().max(1) as u64
+                let on_g = |h: &&TenantHome| scn.tenants[h.tenant.index()].gpus.iter().any(|x| x.0 as usize == g);
+                pass.iter().filter(|h| !on_g(h)).count().max(1) as u64
             };
             budget.iter().enumerate().map(|(g, &b)| b / wanting(g)).collect()
         };
-        // A weight-only copy is the only help a model too large to serve from another
-        // GPU can get: tenants without a serving copy take all their rounds first.
-        let passes: Vec<Vec<&TenantHome>> = if serving {
-            vec![homes.iter().collect()]
-        } else {
-            let served =
-                |h: &&TenantHome| out.deployment.homes.iter().any(|r| r.tenant == h.tenant && r.serves && !r.is_home);
-            let (some, none): (Vec<_>, Vec<_>) = homes.iter().partition(served);
-            vec![none, some]
-        };
-        let rounds = scn.tenants.iter().map(|t| t.max_replicas).max().unwrap_or(0);
-        for pass in &passes {
-            for _round in 0..rounds {
-                for &h in pass {
-                    let t = &scn.tenants[h.tenant.index()];
-                    if copies[h.tenant.index()] >= t.max_replicas {
-                        continue;
-                    }
-                    let Some(copy) = next_copy(scn, &out.deployment, &homes, &budget, &share, h, serving) else {
-                        continue;
-                    };
-                    for x in &out.deployment.group(copy.group).gpus {
-                        budget[x.0 as usize] -= copy.weight_bytes_per_gpu.min(budget[x.0 as usize]);
-                        guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
-                    }
-                    copies[h.tenant.index()] += 1;
-                    out.deployment.homes.push(copy);
+        // Round by round, one copy per tenant still short of what it wants; each
+        // tenant gets at most one copy per group, so the rounds end.
+        loop {
+            let mut placed = false;
+            for &h in &pass {
+                let i = h.tenant.index();
+                let t = &scn.tenants[i];
+                if got[i] >= wanted[i] {
+                    continue;
                 }
+                let lenders = Lenders {
+                    budget: &budget,
+                    share: &share,
+                    owner_rho: &owner_rho,
+                    guest_act: &guest_max_act,
+                    guest_factor: if mode == ReplicaMode::Serving { 0.0 } else { spec.guest_reserve_factor },
+                };
+                let Some((gpus, mut copy)) = next_copy(scn, &out.deployment, &homes, &lenders, h, serving) else {
+                    continue;
+                };
+                copy.group = out.deployment.group_for(&gpus);
+                let busy = gpus.iter().map(|x| owner_rho[x.0 as usize]);
+                got[i] += capacity_of(&copy, t.model.num_hidden_layers as u32, busy.fold(0.0, f64::max));
+                let growth: Vec<u64> =
+                    gpus.iter().map(|x| lenders.reserve_growth(x.0 as usize, t.activation_reserve)).collect();
+                for (x, grow) in gpus.iter().zip(growth) {
+                    let cost = copy.weight_bytes_per_gpu + grow;
+                    budget[x.0 as usize] -= cost.min(budget[x.0 as usize]);
+                    guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
+                }
+                out.deployment.homes.push(copy);
+                placed = true;
+            }
+            if !placed {
+                break;
             }
         }
     }
@@ -163,38 +255,82 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
     Ok(out)
 }
 
-/// The next copy of `h`'s tenant, if one fits: on another tenant's home group of the
-/// same size (same TP layout), nearest first (same node), then the one with the most
-/// budget left; whole, or (weight-only) the layer range that fits.
+/// What the GPUs can lend: bytes left for copies, the most one tenant may take of
+/// them (weight-only copies), their owners' mean busy share, and the largest guest
+/// activation reserve so far (the guest reserve grows with it, out of the same budget).
+#[derive(Clone, Copy)]
+struct Lenders<'a> {
+    budget: &'a [u64],
+    share: &'a [u64],
+    owner_rho: &'a [f64],
+    guest_act: &'a [u64],
+    guest_factor: f64,
+}
+
+impl Lenders<'_> {
+    /// Bytes GPU `g`'s guest reserve grows by for a guest with activation reserve `act`.
+    fn reserve_growth(&self, g: usize, act: u64) -> u64 {
+        (act.saturating_sub(self.guest_act[g]) as f64 * self.guest_factor).ceil() as u64
+    }
+}
+
+/// The next copy of `h`'s tenant, if one fits, and the GPUs it goes on: another
+/// tenant's home group of the same size (same TP layout) whose owners are not busy
+/// ([`OWNER_BUSY`]); nearest first (same
+/// node), then the one whose owners leave the most time spare, then the one with the
+/// most budget left; whole, or (weight-only) the layer range that fits.
 fn next_copy(
     scn: &Scenario,
     dep: &Deployment,
     homes: &[TenantHome],
-    budget: &[u64],
-    share: &[u64],
+    lenders: &Lenders,
     h: &TenantHome,
     serving: bool,
-) -> Option<TenantHome> {
+) -> Option<(Vec<GpuId>, TenantHome)> {
     let t = &scn.tenants[h.tenant.index()];
     let tp = t.gpus.len();
-    let layers = t.model.num_hidden_layers as u32;
     let node = scn.cluster.gpu(t.gpus[0]).node;
-    let min_on = |v: &[u64], g: GroupId| dep.group(g).gpus.iter().map(|x| v[x.0 as usize]).min().unwrap_or(0);
-    let left_on = |g: GroupId| min_on(budget, g);
-    let mut targets: Vec<GroupId> = homes
-        .iter()
-        .filter(|o| o.tenant != h.tenant)
-        .map(|o| o.group)
-        .filter(|&g| dep.group(g).gpus.len() == tp && !dep.group(g).gpus.iter().any(|x| t.gpus.contains(x)))
-        .filter(|&g| !dep.homes.iter().any(|r| r.tenant == h.tenant && r.group == g))
-        .collect();
+    let min_on = |v: &[u64], g: &[GpuId]| g.iter().map(|x| v[x.0 as usize]).min().unwrap_or(0);
+    let busy = |g: &[GpuId]| g.iter().map(|x| lenders.owner_rho[x.0 as usize]).fold(0.0, f64::max);
+    let mut targets: Vec<Vec<GpuId>> = Vec::new();
+    for o in homes.iter().filter(|o| o.tenant != h.tenant) {
+        let gpus = &dep.group(o.group).gpus;
+        // Only groups of the same size: a one-GPU copy on one GPU of a larger home would
+        // be a group overlapping that home's, which the core's memory checks were not
+        // built for (an adversarial replay with such copies counted OOM events).
+        if gpus.len() == tp {
+            targets.push(gpus.clone());
+        }
+    }
+    targets.retain(|g| {
+        !g.iter().any(|x| t.gpus.contains(x))
+            && !dep.homes.iter().any(|r| r.tenant == h.tenant && dep.group(r.group).gpus == *g)
+            && busy(g) < OWNER_BUSY
+    });
     targets.sort();
     targets.dedup();
-    let target = targets
-        .into_iter()
-        .min_by_key(|&g| (scn.cluster.gpu(dep.group(g).gpus[0]).node != node, std::cmp::Reverse(left_on(g)), g))?;
-    let left = left_on(target).min(min_on(share, target));
-    let whole = t.model.weight_bytes_per_gpu(tp as u32);
+    // Spare time in quarters, so that among lenders about as idle the budget decides.
+    let spare = |g: &[GpuId]| ((1.0 - busy(g)).max(0.0) * 4.0) as u32;
+    targets.sort_by_key(|g| {
+        let far = scn.cluster.gpu(g[0]).node != node;
+        (far, std::cmp::Reverse(spare(g)), std::cmp::Reverse(min_on(lenders.budget, g)), g.clone())
+    });
+    targets.into_iter().find_map(|g| {
+        let budget = g.iter().map(|x| {
+            let x = x.0 as usize;
+            lenders.budget[x].saturating_sub(lenders.reserve_growth(x, t.activation_reserve))
+        });
+        let left = budget.min().unwrap_or(0).min(min_on(lenders.share, &g));
+        copy_on(scn, dep, h, left, serving).map(|c| (g, c))
+    })
+}
+
+/// A copy of `h`'s tenant in `left` bytes per GPU, if one fits (its group is set by
+/// the caller).
+fn copy_on(scn: &Scenario, dep: &Deployment, h: &TenantHome, left: u64, serving: bool) -> Option<TenantHome> {
+    let t = &scn.tenants[h.tenant.index()];
+    let layers = t.model.num_hidden_layers as u32;
+    let whole = t.model.weight_bytes_per_gpu(t.gpus.len() as u32);
     let (range, bytes) = if serving {
         // A serving copy needs room for a useful KV cache too: a third of the budget
         // stays for it.
@@ -217,7 +353,7 @@ fn next_copy(
     };
     Some(TenantHome {
         tenant: h.tenant,
-        group: target,
+        group: h.group,
         layers: range,
         weight_bytes_per_gpu: bytes,
         is_home: false,
@@ -241,11 +377,94 @@ fn least_covered_start(homes: &[TenantHome], tenant: TenantId, layers: u32, fit:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    /// One tenant per (model, home GPUs, Poisson rate, extra lines) on H100s.
+    fn scenario(gpus: u32, tenants: &[(&str, &str, f64, &str)]) -> Scenario {
+        let mut text = format!(
+            "name = \"t\"\nseed = 3\nduration_s = 300\n[cluster]\n[[cluster.nodes]]\ngpu = \"H100-80GB\"\ngpus = {gpus}\n"
+        );
+        for (i, (model, homes, rate, extra)) in tenants.iter().enumerate() {
+            text += &format!(
+                "[[tenants]]\nname = \"t{i}\"\nmodel = \"{model}\"\ngpus = {homes}\n{extra}\n\
+                 sla = {{ ttft_ms = 400, ttft_ms_per_1k = 200, tpot_ms = 50 }}\n\
+                 trace = {{ kind = \"poisson\", rate = {rate}, prompt = {{ dist = \"lognormal\", median = 1500, p90 = 4000, max = 8192 }}, output = {{ dist = \"lognormal\", median = 100, p90 = 300, max = 1024 }} }}\n"
+            );
+        }
+        let spec: crate::ScenarioSpec = toml::from_str(&text).unwrap();
+        Scenario::from_spec(spec, Path::new("t.toml"), Path::new(".")).unwrap()
+    }
+
+    fn copies_of(s: &Scenario, t: u32) -> Vec<Vec<u32>> {
+        s.deployment
+            .replicas(TenantId(t))
+            .map(|h| s.deployment.group(h.group).gpus.iter().map(|g| g.0).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_homes_kv_reservation_follows_its_load_and_its_model() {
+        let s = scenario(2, &[("llama-2-13b", "[0]", 1.0, ""), ("llama-2-13b", "[1]", 4.0, "")]);
+        let p = plan(&s, ReplicaMode::Both).unwrap();
+        let (light, heavy) = (p.tenants[0].keep_kv_tokens, p.tenants[1].keep_kv_tokens);
+        // 1 req/s (about 2/s in its busiest 10 s) of ~2k-token contexts, each held ~7 s
+        // at the TPOT target: ~30k tokens, not a fixed 100k (80 GB without GQA).
+        assert!(light > 10_000 && light < 50_000, "{light}");
+        assert!(heavy > 2 * light, "{heavy} vs {light}");
+        // An explicit request wins whatever the load.
+        let s = scenario(2, &[("llama-2-13b", "[0]", 1.0, "keep_kv_tokens = 70000"), ("llama-3-8b", "[1]", 1.0, "")]);
+        assert_eq!(plan(&s, ReplicaMode::Both).unwrap().tenants[0].keep_kv_tokens, 70_000);
+    }
+
+    #[test]
+    fn a_tenant_whose_peak_fits_its_home_asks_no_copies() {
+        let s = scenario(2, &[("llama-3-8b", "[0]", 0.5, ""), ("llama-3-8b", "[1]", 0.5, "")]);
+        let loads = tenant_loads(&s);
+        assert!(loads.iter().all(|l| l.rho_peak < RHO_FIT), "{loads:?}");
+        let p = plan(&s, ReplicaMode::Both).unwrap();
+        assert_eq!(p.deployment.homes.len(), 2, "no copies: {:?}", p.deployment.homes);
+    }
+
+    #[test]
+    fn copies_go_to_the_idle_owner_never_to_the_busy_one() {
+        // t0 is overloaded, t1 (GPU 1) is busy all the time, t2 (GPU 2) is nearly idle.
+        let s = scenario(
+            3,
+            &[("llama-3-8b", "[0]", 12.0, ""), ("llama-3-8b", "[1]", 10.0, ""), ("llama-3-8b", "[2]", 0.2, "")],
+        );
+        let loads = tenant_loads(&s);
+        assert!(loads[0].rho_peak > RHO_OVERLOAD && loads[1].rho_mean > OWNER_BUSY, "{loads:?}");
+        assert!(loads[2].rho_mean < OWNER_BUSY, "{loads:?}");
+        for mode in [ReplicaMode::Serving, ReplicaMode::Both] {
+            let p = plan(&s, mode).unwrap();
+            for t in 0..3 {
+                assert!(!copies_of(&p, t).contains(&vec![1]), "{mode:?}: a copy on the busy GPU 1");
+            }
+            assert!(copies_of(&p, 0).contains(&vec![2]), "{mode:?}: {:?}", p.deployment.homes);
+            // The light tenant asks for nothing.
+            assert!(copies_of(&p, 2).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_model_no_serving_copy_fits_beside_gets_weight_only_layer_ranges() {
+        // A 24B (48 GB) beside an 8B home keeps no useful KV: weights only, in ranges.
+        let s = scenario(2, &[("mistral-small-24b", "[0]", 6.0, ""), ("llama-3-8b", "[1]", 0.3, "")]);
+        assert!(copies_of(&plan(&s, ReplicaMode::Serving).unwrap(), 0).is_empty());
+        let p = plan(&s, ReplicaMode::Both).unwrap();
+        let c: Vec<_> = p.deployment.replicas(TenantId(0)).collect();
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(!c[0].serves);
+        // Weight-only copies are left for the tenants with no serving copy.
+        let s = scenario(2, &[("llama-3-8b", "[0]", 12.0, ""), ("llama-3-8b", "[1]", 0.3, "")]);
+        let p = plan(&s, ReplicaMode::Both).unwrap();
+        assert!(p.deployment.replicas(TenantId(0)).all(|h| h.serves));
+    }
 
     fn copy(layers: (u32, u32)) -> TenantHome {
         TenantHome {
             tenant: TenantId(0),
-            group: GroupId(1),
+            group: slicesched_gmg::GroupId(1),
             layers,
             weight_bytes_per_gpu: 0,
             is_home: false,

@@ -81,17 +81,12 @@ pub struct TenantSpec {
     /// Overrides of the scenario's engine settings.
     #[serde(default)]
     pub engine: Option<EngineConfig>,
-    /// KV-cache tokens its home keeps whatever other tenants' replicas want (default:
-    /// the planner's `keep_kv_tokens`): what the tenant asks of its container, like a
-    /// Kubernetes resource request. A light tenant with a large per-token footprint
-    /// can ask less and lend the rest; a heavy one more.
+    /// KV-cache tokens its home is guaranteed whatever other tenants' replicas want: an
+    /// explicit request, like a Kubernetes resource request, for a tenant that knows
+    /// better than its trace (a load it expects). Without it the planner reserves what
+    /// the tenant's load holds at its peak (`load.rs`, Little's law).
     #[serde(default)]
     pub keep_kv_tokens: Option<u64>,
-    /// Most copies of its weights the planner may place on other GPUs (default: the
-    /// planner's `max_replicas_per_tenant`), like a Kubernetes autoscaler's
-    /// `maxReplicas`: a light tenant asks few and leaves the memory to others.
-    #[serde(default)]
-    pub max_replicas: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,10 +111,11 @@ pub struct TenantSetup {
     pub kv_blocks: u32,
     /// Peak activation bytes per GPU of one iteration at the full token budget.
     pub activation_reserve: u64,
-    /// KV-cache tokens its home keeps whatever replicas want.
+    /// KV-cache tokens its home keeps whatever replicas want: its explicit request, else
+    /// what the planner derived from its load (0 before planning).
     pub keep_kv_tokens: u64,
-    /// Most copies of its weights the planner may place elsewhere.
-    pub max_replicas: u32,
+    /// The tenant's explicit KV request (`keep_kv_tokens` in its `[[tenants]]`).
+    pub kv_request: Option<u64>,
 }
 
 impl TenantSetup {
@@ -231,8 +227,8 @@ impl Scenario {
                 engine,
                 kv_blocks: 0,
                 activation_reserve,
-                keep_kv_tokens: t.keep_kv_tokens.unwrap_or(spec.planner.keep_kv_tokens),
-                max_replicas: t.max_replicas.unwrap_or(spec.planner.max_replicas_per_tenant),
+                keep_kv_tokens: t.keep_kv_tokens.unwrap_or(0),
+                kv_request: t.keep_kv_tokens,
             });
         }
         spec.planner.check().map_err(|e| field("planner".into(), e))?;
@@ -340,8 +336,8 @@ pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -
 /// Splits each GPU's memory left after weights, activation reserves and the guest
 /// reserve among the engine instances (homes and serving replicas) on it, and sizes
 /// every instance's KV cache from its tightest GPU. With `home_keep` (once replicas
-/// exist), each home first keeps its tenant's `keep_kv_tokens`; without, the split is
-/// even.
+/// exist), each home first keeps its tenant's `keep_kv_tokens` (its request, or what the
+/// planner derived from its load); without, the split is even.
 pub(crate) fn size_kv_caches(
     cluster: &Cluster,
     dep: &mut Deployment,

@@ -82,6 +82,11 @@ impl Policy for Hog {
 }
 
 fn scenario_text(seed: u64, rate: f64, gpu: &str) -> String {
+    scenario_text_with(seed, rate, rate, gpu)
+}
+
+/// Tenant `a` at `a_rate`, the others at `rate`.
+fn scenario_text_with(seed: u64, rate: f64, a_rate: f64, gpu: &str) -> String {
     format!(
         r#"
 name = "adversarial"
@@ -99,7 +104,7 @@ name = "a"
 model = "llama-3-8b"
 gpus = [0]
 sla = {{ ttft_ms = 300, tpot_ms = 40 }}
-trace = {{ kind = "gamma", rate = {rate}, cv = 3.0, prompt = {{ dist = "uniform", min = 1, max = 6000 }}, output = {{ dist = "uniform", min = 1, max = 200 }} }}
+trace = {{ kind = "gamma", rate = {a_rate}, cv = 3.0, prompt = {{ dist = "uniform", min = 1, max = 6000 }}, output = {{ dist = "uniform", min = 1, max = 200 }} }}
 [[tenants]]
 name = "b"
 model = "mistral-7b"
@@ -158,7 +163,9 @@ proptest! {
 
 #[test]
 fn rejections_are_counted_with_reasons() {
-    let base = scenario(&scenario_text(5, 4.0, "H100-80GB"));
+    // Tenant `a` bursts at three times the others' rate: its peaks outgrow its GPU, so
+    // the planner gives it copies on the others' (and the policy has borrows to get wrong).
+    let base = scenario(&scenario_text_with(5, 4.0, 12.0, "H100-80GB"));
     let mut p = Chaos { state: 99, mode: ReplicaMode::Weights };
     let scn = plan(&base, p.replicas()).unwrap();
     // Every op offered, so that attention is too.
