@@ -152,9 +152,11 @@ impl Sim<'_> {
         self.fast_ok = (0..self.insts.len())
             .map(|i| {
                 let gpus = &dep.group(self.insts[i].group).gpus;
-                on && self.insts.iter().enumerate().all(|(j, o)| {
-                    j == i || !dep.group(o.group).gpus.iter().any(|g| gpus.contains(g))
-                })
+                on && self
+                    .insts
+                    .iter()
+                    .enumerate()
+                    .all(|(j, o)| j == i || !dep.group(o.group).gpus.iter().any(|g| gpus.contains(g)))
             })
             .collect();
         self.fast = (0..self.insts.len()).map(|_| None).collect();
