@@ -1,8 +1,10 @@
 //! The fast path: an iteration run as one event where no policy has a choice.
 //!
 //! When the policy places every op home and keeps no state ([`Policy::home_only`]),
-//! and no other engine instance has a GPU of the iteration's group, nothing can
-//! interleave with the iteration: its ops run back to back on its group in an order
+//! and no other engine instance has a GPU of the iteration's group — or those that do
+//! hold no request and none of their tenants' requests arrives before the iteration
+//! would end (the only way such an instance gets work) — nothing can interleave with
+//! the iteration: its ops run back to back on its group in an order
 //! fixed by the DAG's shape alone (the group's queue is FIFO among equal priorities),
 //! each for its predicted time. So the iteration ends at its launch plus the sum of its
 //! ops' predictions, and every effect the per-op path has — memory ledger allocations
@@ -137,9 +139,26 @@ impl FastRt {
     }
 }
 
+/// The fast path's part of the simulator.
+#[derive(Default)]
+pub(crate) struct FastState {
+    /// Per instance: whether the policy lets it take the fast path.
+    ok: Vec<bool>,
+    /// Per instance: the other instances with a GPU of its group, and their tenants.
+    shared: Vec<(Vec<u32>, Vec<u32>)>,
+    /// Per tenant: its arrival times (only when some instance shares GPUs).
+    arrivals: Vec<Vec<u64>>,
+    /// Per instance: its fast iteration in flight, and its DAG shape's schedule.
+    running: Vec<Option<FastRt>>,
+    shapes: Vec<Option<Arc<Shape>>>,
+    spare: Vec<FastRt>,
+    pub iterations: u64,
+}
+
 impl Sim<'_> {
-    /// Which instances may take the fast path (fixed for the replay): the policy has
-    /// no choice to make and no other instance shares a GPU of the instance's group.
+    /// Which instances may take the fast path: all of them when the policy has no
+    /// choice to make (fixed for the replay); those sharing a GPU only while the
+    /// instances they share it with are idle and get no request (`try_fast`).
     pub(crate) fn init_fast(&mut self) {
         let p = &*self.policy;
         let on = self.opts.fast_path
@@ -149,18 +168,44 @@ impl Sim<'_> {
             && !p.spatial_sharing()
             && p.context_switch_ns() == 0;
         let dep = &self.scn.deployment;
-        self.fast_ok = (0..self.insts.len())
+        let n = self.insts.len();
+        let f = &mut self.fast;
+        f.ok = vec![on; n];
+        f.shared = (0..n)
             .map(|i| {
                 let gpus = &dep.group(self.insts[i].group).gpus;
-                on && self
-                    .insts
-                    .iter()
-                    .enumerate()
-                    .all(|(j, o)| j == i || !dep.group(o.group).gpus.iter().any(|g| gpus.contains(g)))
+                let others: Vec<u32> = (0..n)
+                    .filter(|&j| j != i && dep.group(self.insts[j].group).gpus.iter().any(|g| gpus.contains(g)))
+                    .map(|j| j as u32)
+                    .collect();
+                let mut tenants: Vec<u32> = others.iter().map(|&j| self.insts[j as usize].tenant.0).collect();
+                tenants.sort_unstable();
+                tenants.dedup();
+                (others, tenants)
             })
             .collect();
-        self.fast = (0..self.insts.len()).map(|_| None).collect();
-        self.shapes = vec![None; self.insts.len()];
+        if on && f.shared.iter().any(|s| !s.0.is_empty()) {
+            f.arrivals = vec![Vec::new(); self.scn.tenants.len()];
+            for (t, r) in &self.scn.requests {
+                f.arrivals[*t as usize].push(r.arrival_ns);
+            }
+        }
+        f.running = (0..n).map(|_| None).collect();
+        f.shapes = vec![None; n];
+    }
+
+    /// Whether nothing else can run on `inst`'s GPUs during `[from, to]`: the
+    /// instances sharing them have no request and none of their tenants' requests
+    /// arrives by then (an instance gets work only from an arrival routed to it).
+    fn alone(&self, inst: usize, from: u64, to: u64) -> bool {
+        let (others, tenants) = &self.fast.shared[inst];
+        others.iter().all(|&j| {
+            let rt = &self.insts[j as usize];
+            rt.inflight == 0 && rt.engine.queue_lengths() == (0, 0)
+        }) && tenants.iter().all(|&t| {
+            let a = &self.fast.arrivals[t as usize];
+            a.get(a.partition_point(|&x| x < from)).is_none_or(|&x| x > to)
+        })
     }
 
     /// Runs a launched batch as one event if it may; false: run it op by op.
@@ -172,20 +217,23 @@ impl Sim<'_> {
         pred: &[Vec<u64>; 3],
         new_prompt_tokens: u64,
     ) -> bool {
-        if !self.fast_ok[inst] || self.insts[inst].inflight != 1 {
+        if !self.fast.ok[inst] || self.insts[inst].inflight != 1 {
             return false;
         }
         let (l0, layers) = (self.now, dag.layers as u64);
         let sum = |v: &Vec<u64>| v.iter().sum::<u64>();
         let end = l0 + sum(&pred[0]) + layers * sum(&pred[1]) + sum(&pred[2]);
-        if end > self.stop_ns || self.rec.window.is_some_and(|w| end > w.from_ns && l0 < w.to_ns) {
+        if end > self.stop_ns
+            || self.rec.window.is_some_and(|w| end > w.from_ns && l0 < w.to_ns)
+            || !self.alone(inst, l0, end)
+        {
             return false;
         }
-        let shape = match &self.shapes[inst] {
+        let shape = match &self.fast.shapes[inst] {
             Some(s) if s.key == key(dag) => s.clone(),
             _ => {
                 let s = Arc::new(Shape::of(dag, self.opts.follow_producer));
-                self.shapes[inst] = Some(s.clone());
+                self.fast.shapes[inst] = Some(s.clone());
                 s
             }
         };
@@ -193,7 +241,7 @@ impl Sim<'_> {
         let (tenant, group) = (rt.tenant, rt.group);
         let q = self.dev.queue_of(group, tenant);
         let n = shape.order.len();
-        let mut fr = self.fast_spare.pop().unwrap_or_else(|| FastRt {
+        let mut fr = self.fast.spare.pop().unwrap_or_else(|| FastRt {
             batch,
             new_prompt_tokens,
             serial: 0,
@@ -262,15 +310,15 @@ impl Sim<'_> {
         self.stats.decisions += shape.decisions;
         self.stats.followed += shape.followed;
         self.iterations += 1;
-        self.fast_iterations += 1;
-        self.fast[inst] = Some(fr);
+        self.fast.iterations += 1;
+        self.fast.running[inst] = Some(fr);
         self.push(end, Ev::FastDone(inst as u32));
         true
     }
 
     /// The fast iteration of `inst` ends: its group idles, the engine completes it.
     pub(crate) fn fast_done(&mut self, inst: usize) {
-        let fr = self.fast[inst].take().expect("a fast iteration in flight");
+        let fr = self.fast.running[inst].take().expect("a fast iteration in flight");
         let rt = &self.insts[inst];
         let q = self.dev.queue_of(rt.group, rt.tenant);
         self.closed.clear();
@@ -279,7 +327,7 @@ impl Sim<'_> {
             self.series.add_busy(x, since, self.now);
         }
         let (batch, tokens, serial) = (fr.batch, fr.new_prompt_tokens, fr.serial);
-        self.fast_spare.push(fr);
+        self.fast.spare.push(fr);
         self.iteration_done(inst, batch, tokens, serial);
         self.try_start(q);
     }
@@ -287,7 +335,7 @@ impl Sim<'_> {
     /// Puts the per-op path's busy-until and queued figures of the GPUs running fast
     /// iterations into the views (after `build_views` filled the rest).
     pub(crate) fn fast_views(&mut self) {
-        for (i, f) in self.fast.iter().enumerate() {
+        for (i, f) in self.fast.running.iter().enumerate() {
             let Some(f) = f else { continue };
             let (until, queued) = f.view_at(self.now);
             for g in &self.scn.deployment.group(self.insts[i].group).gpus {

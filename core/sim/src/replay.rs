@@ -42,8 +42,8 @@ pub struct ReplayOptions {
     /// collectives, attention) with the op that produced their input instead of asking
     /// the policy (see `Sim::follow`). Off: the policy is asked about every op.
     pub follow_producer: bool,
-    /// Run an iteration as one event where the policy has no choice and no other
-    /// instance shares its GPUs (`crate::fast`); the result is identical either way.
+    /// Run an iteration as one event where the policy has no choice and nothing else
+    /// can run on its GPUs meanwhile (`crate::fast`); the result is identical either way.
     /// Off: every op is an event (for comparing the two paths).
     pub fast_path: bool,
 }
@@ -192,13 +192,8 @@ pub(crate) struct Sim<'a> {
     pub exec: Option<&'a mut dyn crate::OpExecutor>,
     /// The instant past which the replay stops (horizon or `stop_after_ns`).
     pub stop_ns: u64,
-    /// Per instance: whether it may take the fast path, its fast iteration in flight,
-    /// and its DAG shape's schedule (`crate::fast`).
-    pub fast_ok: Vec<bool>,
-    pub fast: Vec<Option<crate::fast::FastRt>>,
-    pub shapes: Vec<Option<std::sync::Arc<crate::fast::Shape>>>,
-    pub fast_spare: Vec<crate::fast::FastRt>,
-    pub fast_iterations: u64,
+    /// The fast path's state (`crate::fast`).
+    pub fast: crate::fast::FastState,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -321,11 +316,7 @@ pub fn replay_with<'a>(
         kv_shares: Vec::new(),
         exec,
         stop_ns: 0,
-        fast_ok: Vec::new(),
-        fast: Vec::new(),
-        shapes: Vec::new(),
-        fast_spare: Vec::new(),
-        fast_iterations: 0,
+        fast: Default::default(),
     };
     sim.load_memory();
     sim.init_kv_pools();
@@ -705,7 +696,7 @@ impl Sim<'_> {
             decisions: std::mem::take(&mut self.rec.decisions),
             busy: self.busy.take().map(|b| b.finish(end)),
             cancelled: self.cancelled,
-            fast_iterations: self.fast_iterations,
+            fast_iterations: self.fast.iterations,
         }
     }
 }

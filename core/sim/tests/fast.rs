@@ -146,11 +146,12 @@ fn a_policy_that_can_borrow_never_takes_the_fast_path() {
     assert!(slice.summary.scheduling.borrowed_ops > 0 || reps.iter().any(|r| r.3), "{reps:?}");
 }
 
-/// Under `pooled` a serving replica on another tenant's GPU shares it: iterations of
-/// both instances there run op by op, the rest fast (the home of the tenant with a copy
-/// elsewhere, whose GPU its `route` reads mid-iteration), and the results are the same.
+/// Under `pooled` a serving replica on another tenant's GPU shares it: iterations
+/// there run op by op while the other instance has work, the rest fast (among them the
+/// home of the tenant with a copy elsewhere, whose GPU its `route` reads
+/// mid-iteration), and the results are the same.
 #[test]
-fn a_shared_gpu_runs_op_by_op() {
+fn a_shared_gpu_runs_op_by_op_while_its_other_instance_has_work() {
     let scn = scenario(&one_copy());
     let fast = assert_same(&scn, "pooled", ReplayOptions::default()).unwrap();
     let reps = &fast.summary.scheduling.replicas;
