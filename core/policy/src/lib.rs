@@ -199,6 +199,13 @@ pub trait Policy: Send {
     fn route(&mut self, _view: &View<'_>, _instances: &[InstanceView]) -> usize {
         0
     }
+
+    /// Whether `place` answers every op with its home group at priority 0 in the order
+    /// offered, `admit` is the default one above, and neither keeps state (see the
+    /// SDK's `Policy::home_only`): the simulator's fast path relies on it.
+    fn home_only(&self) -> bool {
+        false
+    }
 }
 
 /// Names of the built-in policies.

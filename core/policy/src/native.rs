@@ -88,6 +88,10 @@ impl<P: sdk::Policy + Send> Policy for Native<P> {
         replica_mode(self.info.replicas)
     }
 
+    fn home_only(&self) -> bool {
+        self.policy.home_only()
+    }
+
     fn admit(&mut self, view: &View<'_>, inst: &InstanceView) -> bool {
         if !self.load(view, true) {
             return inst.inflight == 0;

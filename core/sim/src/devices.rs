@@ -230,6 +230,14 @@ impl Devices {
         }
     }
 
+    /// Counts `n` more ops started on the queue's GPUs (ops of a fast-path iteration
+    /// run inside one occupied span).
+    pub fn add_ops(&mut self, q: usize, n: u64) {
+        for i in 0..self.queues[q].gpus.len() {
+            self.gpus[self.queues[q].gpus[i]].ops += n;
+        }
+    }
+
     /// Marks the queue's lanes idle at `now`; pushes the busy spans that closed (a GPU
     /// whose last busy lane this was) as (gpu, since).
     pub fn release(&mut self, q: usize, now: u64, closed: &mut Vec<(usize, u64)>) {

@@ -4,7 +4,8 @@
 //! and the seed. [`replay`] runs it: tenant engines turn requests into iterations, each
 //! iteration becomes an operator DAG in the GMG, the [`Policy`](slicesched_policy::Policy)
 //! places ready ops, the core validates the placements and the GPUs run them on an
-//! integer-nanosecond virtual clock, one event per op.
+//! integer-nanosecond virtual clock, one event per op (or one per iteration where the
+//! policy has no choice: `fast`, with results identical to the per-op path).
 //!
 //! Architecture Invariant: no wall clock, no IO and no randomness inside the loop: the
 //! same scenario and seed give the same result bit for bit. Wall-clock figures are
@@ -13,6 +14,7 @@
 mod busy;
 mod devices;
 mod exec;
+mod fast;
 mod kvpool;
 pub mod load;
 mod metrics;

@@ -94,6 +94,7 @@ impl Sim<'_> {
                 self.queued_ns[x] += ns;
             }
         }
+        self.fast_views();
         for rt in &self.insts {
             if rt.is_home {
                 // The owner needs its GPUs now when it has work executing or schedulable,

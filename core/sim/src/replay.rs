@@ -42,6 +42,10 @@ pub struct ReplayOptions {
     /// collectives, attention) with the op that produced their input instead of asking
     /// the policy (see `Sim::follow`). Off: the policy is asked about every op.
     pub follow_producer: bool,
+    /// Run an iteration as one event where the policy has no choice and nothing else
+    /// can run on its GPUs meanwhile (`crate::fast`); the result is identical either way.
+    /// Off: every op is an event (for comparing the two paths).
+    pub fast_path: bool,
 }
 
 impl Default for ReplayOptions {
@@ -57,6 +61,7 @@ impl Default for ReplayOptions {
             stop_after_ns: None,
             cancel: None,
             follow_producer: true,
+            fast_path: true,
         }
     }
 }
@@ -87,6 +92,8 @@ pub struct ReplayResult {
     pub busy: Option<crate::BusyBuckets>,
     /// Stopped early through [`ReplayOptions::cancel`].
     pub cancelled: bool,
+    /// Iterations run as one event on the fast path ([`ReplayOptions::fast_path`]).
+    pub fast_iterations: u64,
 }
 
 /// What the event loop handles besides arrivals (which come from a sorted list).
@@ -99,6 +106,8 @@ pub(crate) enum Ev {
     /// A placed op's inputs arrived on its group: it joins the group's queue (with its
     /// priority and predicted duration there).
     Enqueue(OpId, GroupId, i32, u64),
+    /// An instance's fast-path iteration ended (`crate::fast`).
+    FastDone(u32),
 }
 
 /// One engine instance: a tenant's home, or a serving replica.
@@ -181,6 +190,10 @@ pub(crate) struct Sim<'a> {
     pub kv_shares: Vec<crate::kvpool::KvShare>,
     /// Runs the ops for real (`slicesched run`); None in a replay.
     pub exec: Option<&'a mut dyn crate::OpExecutor>,
+    /// The instant past which the replay stops (horizon or `stop_after_ns`).
+    pub stop_ns: u64,
+    /// The fast path's state (`crate::fast`).
+    pub fast: crate::fast::FastState,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -302,9 +315,12 @@ pub fn replay_with<'a>(
         kv_pools: Vec::new(),
         kv_shares: Vec::new(),
         exec,
+        stop_ns: 0,
+        fast: Default::default(),
     };
     sim.load_memory();
     sim.init_kv_pools();
+    sim.init_fast();
     if sim.policy.reads_view() {
         sim.timeline = Some(sim.new_timeline());
     }
@@ -366,6 +382,7 @@ impl Sim<'_> {
     fn run(&mut self, progress: &mut dyn FnMut(&Progress)) {
         let horizon = self.horizon();
         let stop = self.opts.stop_after_ns.map_or(horizon, |s| s.min(horizon));
+        self.stop_ns = stop;
         let mut next_arrival = 0usize;
         let mut next_report = self.opts.progress_every;
         loop {
@@ -398,6 +415,7 @@ impl Sim<'_> {
                 Ev::OpDone(op) => self.op_done(op),
                 Ev::Launch(inst, batch) => self.launch(inst as usize, batch),
                 Ev::Enqueue(op, group, prio, dur) => self.enqueue(op, group, prio, dur),
+                Ev::FastDone(inst) => self.fast_done(inst as usize),
             }
             if self.op_events >= next_report {
                 next_report += self.opts.progress_every;
@@ -503,6 +521,10 @@ impl Sim<'_> {
                 exec.map_or(ns, |x| ((ns as f64 * x.correction(o)) as u64).max(1))
             }));
         }
+        if self.try_fast(inst, batch, &dag, &pred, new_prompt_tokens) {
+            return;
+        }
+        let rt = &self.insts[inst];
         let (h, l) = (dag.head.len() as u32, dag.layer.len() as u32);
         let body = l * dag.layers;
         let predicted = |i: u32| {
@@ -573,16 +595,22 @@ impl Sim<'_> {
 
     fn complete_iteration(&mut self, iter: IterId) {
         let it = self.iters[iter.index()].take().expect("iteration in flight");
+        self.gmg.retire(iter);
+        self.iteration_done(it.inst as usize, it.batch, it.new_prompt_tokens, it.serial);
+    }
+
+    /// An iteration's last op ended (op by op or on the fast path): the engine
+    /// completes its batch and schedules the next.
+    pub(crate) fn iteration_done(&mut self, inst: usize, batch: BatchId, new_prompt_tokens: u64, serial: u64) {
         if let Some(x) = self.exec.as_mut() {
-            x.iteration_done(it.serial);
+            x.iteration_done(serial);
         }
-        let inst = it.inst as usize;
         let rt = &mut self.insts[inst];
         rt.inflight -= 1;
-        let sampled = rt.engine.batch(it.batch).sampled();
-        self.series.add_tokens(self.now, it.new_prompt_tokens, sampled);
+        let sampled = rt.engine.batch(batch).sampled();
+        self.series.add_tokens(self.now, new_prompt_tokens, sampled);
         self.seq_events.clear();
-        rt.engine.complete(it.batch, &mut self.seq_events);
+        rt.engine.complete(batch, &mut self.seq_events);
         for ev in &self.seq_events {
             match *ev {
                 SeqEvent::FirstToken { seq } => {
@@ -599,7 +627,6 @@ impl Sim<'_> {
             }
         }
         self.kv_sync(inst);
-        self.gmg.retire(iter);
         self.start_iterations(inst);
     }
 
@@ -669,6 +696,7 @@ impl Sim<'_> {
             decisions: std::mem::take(&mut self.rec.decisions),
             busy: self.busy.take().map(|b| b.finish(end)),
             cancelled: self.cancelled,
+            fast_iterations: self.fast.iterations,
         }
     }
 }

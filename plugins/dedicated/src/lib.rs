@@ -16,6 +16,10 @@ impl Policy for Dedicated {
         out.extend(ready.iter().enumerate().map(|(i, r)| Placement { op: i as u32, group: r.home, priority: 0 }));
         Ok(())
     }
+
+    fn home_only(&self) -> bool {
+        true
+    }
 }
 
 slicesched_plugin_sdk::export_policy!(Dedicated);

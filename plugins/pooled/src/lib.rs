@@ -19,6 +19,10 @@ impl Policy for Pooled {
         Ok(())
     }
 
+    fn home_only(&self) -> bool {
+        true
+    }
+
     fn route(&mut self, view: &View, instances: &[Instance]) -> Result<u32, String> {
         Ok(view.least_loaded(instances) as u32)
     }

@@ -98,6 +98,15 @@ pub trait Policy {
     fn route(&mut self, _view: &View, _instances: &[Instance]) -> Result<u32, String> {
         Ok(0)
     }
+
+    /// True only if `place` answers every op with its home group at priority 0 in the
+    /// order offered, `admit` is the default (one iteration per instance at a time), and
+    /// neither keeps state: the core may then run an iteration on GPUs no other
+    /// instance uses as one event, without asking (its results are identical). Native
+    /// builds only: a Wasm plugin is always asked op by op.
+    fn home_only(&self) -> bool {
+        false
+    }
 }
 
 /// Wires a type implementing [`Policy`] and `Default` to the component's exports.

@@ -1,0 +1,160 @@
+//! The fast path (an iteration as one event where the policy has no choice) gives the
+//! per-op path's results exactly, and is taken only where it may be.
+
+mod common;
+use common::*;
+use proptest::prelude::*;
+use slicesched_sim::{plan, OpWindow, ReplayOptions, ReplayResult, Scenario};
+
+const MODELS: [&str; 4] = ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b"];
+
+fn random_scenario(seed: u64, tenants: &[(usize, u8, f64, u32, u32)], budget: u32) -> String {
+    let mut s = format!(
+        "name = \"fast\"\nseed = {seed}\nduration_s = 6\ndrain_s = 20\n[engine]\nmax_batched_tokens = {budget}\n\
+         [cluster]\n[[cluster.nodes]]\ngpu = \"H100-80GB\"\ngpus = 4\n"
+    );
+    for (i, &(m, shape, rate, prompt, output)) in tenants.iter().enumerate() {
+        // A GPU of its own, a TP pair, or GPU 0 shared with others (no fast path there).
+        let gpus = match shape % 3 {
+            0 => format!("[{}]", i % 4),
+            1 => format!("[{}, {}]", (2 * i) % 4, (2 * i + 1) % 4),
+            _ => "[0]".to_string(),
+        };
+        s += &format!(
+            "[[tenants]]\nname = \"t{i}\"\nmodel = \"{}\"\ngpus = {gpus}\nsla = {{ ttft_ms = 300, tpot_ms = 40 }}\n\
+             trace = {{ kind = \"gamma\", rate = {rate}, cv = 2.0, prompt = {{ dist = \"uniform\", min = 1, max = {prompt} }}, output = {{ dist = \"uniform\", min = 1, max = {output} }} }}\n",
+            MODELS[m]
+        );
+    }
+    s
+}
+
+fn replay(scn: &Scenario, policy: &str, opts: ReplayOptions) -> ReplayResult {
+    let mut p = slicesched_policy::builtin(policy).expect("built-in");
+    let scn = plan(scn, p.replicas()).expect("planner");
+    slicesched_sim::replay(&scn, p.as_mut(), slicesched_cost::CostModel::default_a100(), opts, &mut |_| {})
+}
+
+/// Replays both ways; asserts every output is the same; returns the fast run.
+fn assert_same(scn: &Scenario, policy: &str, opts: ReplayOptions) -> Result<ReplayResult, TestCaseError> {
+    let fast = replay(scn, policy, ReplayOptions { fast_path: true, ..opts.clone() });
+    let slow = replay(scn, policy, ReplayOptions { fast_path: false, ..opts });
+    prop_assert_eq!(slow.fast_iterations, 0);
+    prop_assert_eq!(without_timing(&fast.summary), without_timing(&slow.summary));
+    prop_assert_eq!(serde_json::to_value(&fast.records).unwrap(), serde_json::to_value(&slow.records).unwrap());
+    prop_assert_eq!(serde_json::to_value(&fast.series).unwrap(), serde_json::to_value(&slow.series).unwrap());
+    prop_assert_eq!(&fast.busy, &slow.busy);
+    prop_assert_eq!(&fast.ops, &slow.ops);
+    prop_assert_eq!(fast.dependency_violations, slow.dependency_violations);
+    Ok(fast)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_fast_path_gives_the_per_op_results(
+        seed in 0u64..1000,
+        tenants in proptest::collection::vec((0usize..4, 0u8..3, 0.5f64..5.0, 1u32..3000, 1u32..200), 1..4),
+        budget in prop::sample::select(vec![512u32, 2048, 8192]),
+        policy in prop::sample::select(vec!["dedicated", "pooled"]),
+        scale in prop::sample::select(vec![0.25f64, 1.0, 3.0]),
+        busy in any::<bool>(),
+        window in prop::option::of((0u64..6_000, 1u64..2_000)),
+    ) {
+        let text = random_scenario(seed, &tenants, budget);
+        let spec: slicesched_sim::ScenarioSpec = toml::from_str(&text).unwrap();
+        let Ok(scn) = Scenario::from_spec(spec, std::path::Path::new("f.toml"), std::path::Path::new(".")) else {
+            return Ok(());
+        };
+        let scn = scn.with_rate_scale(scale);
+        // A recorded window (replayed up to its end, as timelines are) makes the
+        // iterations around it run op by op.
+        let (record_ops, stop_after_ns) = match window {
+            Some((from_ms, len_ms)) => {
+                let w = OpWindow { from_ns: from_ms * 1_000_000, to_ns: (from_ms + len_ms) * 1_000_000, max_ops: 5_000 };
+                (Some(w), Some(w.to_ns))
+            }
+            None => (None, None),
+        };
+        let opts = ReplayOptions { record_busy: busy, record_ops, stop_after_ns, ..checked() };
+        let fast = assert_same(&scn, policy, opts)?;
+        prop_assert_eq!(fast.dependency_violations, 0);
+    }
+}
+
+/// Two tenants on GPUs of their own: the fast path takes nearly every iteration.
+#[test]
+fn dedicated_runs_iterations_as_one_event_with_the_same_results() {
+    let scn = scenario(TWO_TENANTS);
+    let fast = assert_same(&scn, "dedicated", ReplayOptions { record_busy: true, ..ReplayOptions::default() }).unwrap();
+    assert!(fast.summary.iterations > 100);
+    assert_eq!(fast.fast_iterations, fast.summary.iterations, "no GPU is shared, nothing can borrow");
+}
+
+/// A policy that can borrow is asked about every op: no fast path, even where the
+/// group has no lender, and the same result with the switch either way.
+/// Two 7-8B tenants with a GPU each on H100s: room for each other's weights.
+const LENDERS: &str = r#"
+name = "lenders"
+seed = 5
+duration_s = 20
+[cluster]
+[[cluster.nodes]]
+gpu = "H100-80GB"
+gpus = 2
+[[tenants]]
+name = "a"
+model = "llama-3-8b"
+gpus = [0]
+sla = { ttft_ms = 300, tpot_ms = 40 }
+trace = { kind = "gamma", rate = 6.0, cv = 4.0 }
+[[tenants]]
+name = "b"
+model = "mistral-7b"
+gpus = [1]
+sla = { ttft_ms = 300, tpot_ms = 40 }
+trace = { kind = "poisson", rate = 1.0 }
+"#;
+
+/// [`LENDERS`] where only `a` may have copies: `a`'s home GPU is its alone (fast),
+/// `b`'s GPU also serves `a`'s copy (op by op).
+fn one_copy() -> String {
+    LENDERS.replace("trace = { kind = \"poisson\"", "max_replicas = 0\ntrace = { kind = \"poisson\"")
+}
+
+#[test]
+fn a_policy_that_can_borrow_never_takes_the_fast_path() {
+    let scn = scenario(LENDERS);
+    for policy in ["slice", "timeslice", "mps"] {
+        let mut p = slicesched_policy::builtin(policy).unwrap();
+        let planned = plan(&scn, p.replicas()).unwrap();
+        assert!(!p.home_only(), "{policy}");
+        let r = slicesched_sim::replay(
+            &planned,
+            p.as_mut(),
+            slicesched_cost::CostModel::default_a100(),
+            ReplayOptions::default(),
+            &mut |_| {},
+        );
+        assert_eq!(r.fast_iterations, 0, "{policy}");
+        assert!(r.summary.iterations > 0);
+    }
+    let slice = replay(&scn, "slice", ReplayOptions::default());
+    let reps = &slice.summary.scheduling.replicas;
+    assert!(!reps.is_empty(), "a lender is there to borrow from");
+    assert!(slice.summary.scheduling.borrowed_ops > 0 || reps.iter().any(|r| r.3), "{reps:?}");
+}
+
+/// Under `pooled` a serving replica on another tenant's GPU shares it: iterations
+/// there run op by op while the other instance has work, the rest fast (among them the
+/// home of the tenant with a copy elsewhere, whose GPU its `route` reads
+/// mid-iteration), and the results are the same.
+#[test]
+fn a_shared_gpu_runs_op_by_op_while_its_other_instance_has_work() {
+    let scn = scenario(&one_copy());
+    let fast = assert_same(&scn, "pooled", ReplayOptions::default()).unwrap();
+    let reps = &fast.summary.scheduling.replicas;
+    assert!(reps.iter().any(|r| r.3), "a serving copy: {reps:?}");
+    assert!(fast.fast_iterations > 0 && fast.fast_iterations < fast.summary.iterations);
+}
