@@ -14,6 +14,7 @@ mod busy;
 mod devices;
 mod exec;
 mod kvpool;
+mod live;
 mod metrics;
 mod place;
 mod planner;
@@ -24,7 +25,8 @@ mod scenario;
 mod summary;
 
 pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
-pub use exec::{ExecOp, OpExecutor};
+pub use exec::{End, ExecOp, OpExecutor};
+pub use live::{LiveSim, TenantLoad};
 pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,
