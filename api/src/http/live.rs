@@ -140,12 +140,21 @@ async fn switch_policy(
     if next.replicas() != replicas || next.spatial_sharing() != sharing {
         return Err(ApiError::conflict(
             "policy",
-            format!("`{}` needs another deployment (replicas or device sharing): stop and start the cluster", body.policy),
+            format!(
+                "`{}` needs another deployment (replicas or device sharing): stop and start the cluster",
+                body.policy
+            ),
         ));
     }
     let mut tx = st.db.begin().await?;
-    crate::db::audit(&mut *tx, &caller.actor(), "live.policy", &c.id.to_string(), serde_json::json!({"policy": body.policy}))
-        .await?;
+    crate::db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "live.policy",
+        &c.id.to_string(),
+        serde_json::json!({"policy": body.policy}),
+    )
+    .await?;
     tx.commit().await?;
     c.switch.request(next);
     *c.policy.lock().unwrap_or_else(|e| e.into_inner()) = body.policy;

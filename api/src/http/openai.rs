@@ -51,7 +51,14 @@ fn route(st: &AppState, caller: Result<Caller, ApiError>, model: &str) -> Result
 }
 
 /// What both endpoints check before a request is handed to the loop.
-fn params(c: &Cluster, t: usize, prompt: &[i32], s: &Sampling, max: Option<u32>, chat: bool) -> Result<SamplingParams, OaiFail> {
+fn params(
+    c: &Cluster,
+    t: usize,
+    prompt: &[i32],
+    s: &Sampling,
+    max: Option<u32>,
+    chat: bool,
+) -> Result<SamplingParams, OaiFail> {
     let tn = &c.tenants[t];
     let len = tn.max_model_len;
     let p = prompt.len() as u32;
@@ -126,7 +133,8 @@ async fn admit(
 ) -> Result<(Ticket, UnboundedReceiver<Event>), OaiFail> {
     let (mut ticket, mut rx) = c.submit(t, prompt, p).map_err(|r| match r {
         Refused::Busy { retry_after_s, why } => {
-            let mut f = OaiFail::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", why).code("rate_limit_exceeded");
+            let mut f =
+                OaiFail::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", why).code("rate_limit_exceeded");
             f.retry_after_s = Some(retry_after_s);
             f
         }
@@ -149,7 +157,8 @@ async fn admit(
 }
 
 fn shutting_down() -> OaiFail {
-    let mut f = OaiFail::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "the live cluster is shutting down");
+    let mut f =
+        OaiFail::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "the live cluster is shutting down");
     f.retry_after_s = Some(2);
     f
 }

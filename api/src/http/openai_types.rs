@@ -198,7 +198,9 @@ impl OaiFail {
     pub fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
         Self {
             status,
-            body: OaiError { error: OaiErrorBody { message: message.into(), kind: kind.into(), param: None, code: None } },
+            body: OaiError {
+                error: OaiErrorBody { message: message.into(), kind: kind.into(), param: None, code: None },
+            },
             retry_after_s: None,
         }
     }
@@ -213,7 +215,8 @@ impl OaiFail {
     }
     pub fn no_model(model: &str) -> Self {
         let shown: String = model.chars().take(100).collect();
-        let mut f = Self::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("The model `{shown}` does not exist."));
+        let mut f =
+            Self::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("The model `{shown}` does not exist."));
         f.body.error.param = Some("model".into());
         f.code("model_not_found")
     }
@@ -238,14 +241,17 @@ impl From<crate::error::ApiError> for OaiFail {
     fn from(e: crate::error::ApiError) -> Self {
         use crate::error::ApiError as E;
         match e {
-            E::Unauthorized => Self::new(StatusCode::UNAUTHORIZED, "authentication_error", "missing or invalid API key")
-                .code("invalid_api_key"),
+            E::Unauthorized => {
+                Self::new(StatusCode::UNAUTHORIZED, "authentication_error", "missing or invalid API key")
+                    .code("invalid_api_key")
+            }
             E::Forbidden => Self::new(StatusCode::FORBIDDEN, "permission_error", "this key may not do that"),
             E::TooLarge { limit } => Self::bad("body", format!("body larger than {limit} bytes")),
             E::UnsupportedMediaType { expected } => Self::bad("body", format!("expected content type {expected}")),
             E::BadRequest { field, detail } | E::Invalid { field, detail } => Self::bad(&field, detail),
             E::Unavailable => {
-                let mut f = Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "the database is unavailable");
+                let mut f =
+                    Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "the database is unavailable");
                 f.retry_after_s = Some(2);
                 f
             }

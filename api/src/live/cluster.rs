@@ -48,7 +48,11 @@ pub struct Plan {
 /// The scenario of a live cluster: its devices as nominal A100s (the cost model's
 /// predictions; the executor measures what really happens), its tenants with their
 /// SLAs; no trace (requests come over HTTP).
-pub fn scenario(cfg: &LiveConfig, devices: u32, models: &[(String, slicesched_engine::Sla)]) -> Result<Scenario, String> {
+pub fn scenario(
+    cfg: &LiveConfig,
+    devices: u32,
+    models: &[(String, slicesched_engine::Sla)],
+) -> Result<Scenario, String> {
     let mut tenants = Vec::new();
     for (t, (model, sla)) in cfg.tenants.iter().zip(models) {
         let mut engine = slicesched_engine::EngineConfig::default();

@@ -160,7 +160,8 @@ impl<'b> LiveExec<'b> {
         // The simulator's instance order: homes in tenant order, then serving replicas.
         let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
         order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
-        let devs = |g: GroupId| -> Vec<DeviceId> { scn.deployment.group(g).gpus.iter().map(|g| DeviceId(g.0)).collect() };
+        let devs =
+            |g: GroupId| -> Vec<DeviceId> { scn.deployment.group(g).gpus.iter().map(|g| DeviceId(g.0)).collect() };
         for h in order {
             let ti = h.tenant.index();
             let (model, w) = &models[ti];
@@ -231,7 +232,10 @@ impl<'b> LiveExec<'b> {
         let inst = op.instance as usize;
         let t = *self.inst_tenant.get(inst).ok_or_else(|| ExecError::Placement(format!("no instance {inst}")))?;
         let group = *self.groups[inst].get(&op.group).ok_or_else(|| {
-            ExecError::Placement(format!("op {} placed on group {} that holds none of its weights", op.index, op.group.0))
+            ExecError::Placement(format!(
+                "op {} placed on group {} that holds none of its weights",
+                op.index, op.group.0
+            ))
         })?;
         if !self.iters.contains_key(&op.serial) {
             let (batch, fed) = self.batch(op, t)?;

@@ -57,7 +57,11 @@ impl LiveMetrics {
             waiting: gauge("vllm:num_requests_waiting", "Live requests waiting for their first batch", LABELS),
             kv_usage: GaugeVec::new(Opts::new("vllm:kv_cache_usage_perc", "KV-cache use, 0 to 1"), LABELS)
                 .expect("valid metric"),
-            kv_blocks: gauge("slicesched_live_kv_blocks", "KV-cache blocks by state", &["model_name", "tenant", "state"]),
+            kv_blocks: gauge(
+                "slicesched_live_kv_blocks",
+                "KV-cache blocks by state",
+                &["model_name", "tenant", "state"],
+            ),
             preemptions: gauge("slicesched_live_preemptions", "Preemptions since the cluster started", LABELS),
         };
         for c in [

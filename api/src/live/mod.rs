@@ -17,8 +17,8 @@ pub mod config;
 pub mod exec;
 pub mod history;
 pub mod metrics;
-mod start;
 pub mod sample;
+mod start;
 
 pub use config::{LiveConfig, LiveEngine, LiveTenant};
 pub use exec::{Event, Finished};
@@ -103,7 +103,10 @@ pub struct Cluster {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Refused {
     /// The tenant's queue or the loop's channel is full: retry after this many seconds.
-    Busy { retry_after_s: u32, why: String },
+    Busy {
+        retry_after_s: u32,
+        why: String,
+    },
     ShuttingDown,
 }
 

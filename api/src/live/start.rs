@@ -36,7 +36,10 @@ async fn registered(state: &AppState, cfg: &LiveConfig) -> Result<Vec<(Uuid, Sla
 }
 
 /// The models (no weights yet): a preset, or a checkpoint folder's `config.json`.
-fn models(state: &AppState, cfg: &LiveConfig) -> Result<Vec<(String, ModelConfig, Option<std::path::PathBuf>)>, ApiError> {
+fn models(
+    state: &AppState,
+    cfg: &LiveConfig,
+) -> Result<Vec<(String, ModelConfig, Option<std::path::PathBuf>)>, ApiError> {
     let mut out = Vec::new();
     for (i, t) in cfg.tenants.iter().enumerate() {
         match (&t.weights, &t.model) {
@@ -46,14 +49,17 @@ fn models(state: &AppState, cfg: &LiveConfig) -> Result<Vec<(String, ModelConfig
                     .map_err(|e| ApiError::invalid(format!("tenants[{i}].weights"), e))?;
                 let text = std::fs::read_to_string(&path)
                     .map_err(|_| ApiError::invalid(format!("tenants[{i}].weights"), "config.json is unreadable"))?;
-                let name = std::path::Path::new(w).file_name().map_or("checkpoint".into(), |n| n.to_string_lossy().into_owned());
+                let name = std::path::Path::new(w)
+                    .file_name()
+                    .map_or("checkpoint".into(), |n| n.to_string_lossy().into_owned());
                 let m = ModelConfig::from_hf_json(&text, "config.json", &name)
                     .map_err(|e| ApiError::invalid(format!("tenants[{i}].weights"), e.to_string()))?;
                 let spec = path.display().to_string();
                 out.push((spec, m, path.parent().map(|p| p.to_path_buf())));
             }
             (None, Some(p)) => {
-                let m = ModelConfig::preset(p).map_err(|e| ApiError::invalid(format!("tenants[{i}].model"), e.to_string()))?;
+                let m = ModelConfig::preset(p)
+                    .map_err(|e| ApiError::invalid(format!("tenants[{i}].model"), e.to_string()))?;
                 out.push((p.clone(), m, None));
             }
             (None, None) => unreachable!("checked"),
@@ -84,9 +90,8 @@ pub async fn start(state: &AppState, cfg: LiveConfig) -> Result<Arc<Cluster>, Ap
     }
     let regs = registered(state, &cfg).await?;
     let (st, c) = (state.clone(), cfg.clone());
-    let resolved = tokio::task::spawn_blocking(move || models(&st, &c))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let resolved =
+        tokio::task::spawn_blocking(move || models(&st, &c)).await.map_err(|e| ApiError::Internal(e.to_string()))??;
     let specs: Vec<(String, Sla)> = resolved.iter().zip(&regs).map(|(m, r)| (m.0.clone(), r.1)).collect();
     let scn = cluster::scenario(&cfg, devices, &specs).map_err(|e| ApiError::invalid("tenants", e))?;
     let policy = match crate::policies::instantiate(&state.db, &cfg.policy).await {
@@ -107,9 +112,10 @@ pub async fn start(state: &AppState, cfg: LiveConfig) -> Result<Arc<Cluster>, Ap
         tenants.push(ServedTenant {
             name: t.name.clone(),
             tenant_id: *id,
-            model_id: t.served_model_name.clone().unwrap_or_else(|| {
-                t.model.clone().unwrap_or_else(|| model.name.clone())
-            }),
+            model_id: t
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| t.model.clone().unwrap_or_else(|| model.name.clone())),
             max_model_len,
             max_pending: t.max_pending,
             pending: AtomicU32::new(0),

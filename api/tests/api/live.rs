@@ -119,6 +119,20 @@ async fn live_status(app: &axum::Router) -> Value {
     v
 }
 
+/// The live status once `until` holds of alpha's figures (the loop publishes them every
+/// 50 ms); panics after 10 s.
+async fn alpha_until(app: &axum::Router, until: impl Fn(&Value) -> bool) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let st = live_status(app).await;
+        if until(&st["now"]["tenants"][0]) {
+            return st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never got there: {st}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
 async fn two_tenants_served_live_answer_what_an_offline_greedy_run_gives(pool: PgPool) {
     let (base, app) = serve(pool).await;
@@ -145,10 +159,11 @@ async fn two_tenants_served_live_answer_what_an_offline_greedy_run_gives(pool: P
     let data = read_stream(r).await;
     assert_eq!(data.last().unwrap(), "[DONE]");
     let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
-    let tokens: Vec<i32> =
-        chunks.iter().filter(|c| c["choices"][0]["finish_reason"].is_null() && !c["choices"].as_array().unwrap().is_empty())
-            .flat_map(|c| ids(&c["choices"][0]["token_ids"]))
-            .collect();
+    let tokens: Vec<i32> = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["finish_reason"].is_null() && !c["choices"].as_array().unwrap().is_empty())
+        .flat_map(|c| ids(&c["choices"][0]["token_ids"]))
+        .collect();
     assert_eq!(chunks.len(), 10 + 2, "ten token chunks, the finish chunk and the usage chunk");
     assert_eq!(tokens, offline("tiny-4l", 2, "Stream me", 10));
     assert_eq!(chunks[10]["choices"][0]["finish_reason"], "length");
@@ -179,32 +194,63 @@ async fn two_tenants_served_live_answer_what_an_offline_greedy_run_gives(pool: P
     let m: Value = c.get(format!("{base}/v1/models")).bearer_auth(&ka).send().await.unwrap().json().await.unwrap();
     assert_eq!(m["data"].as_array().unwrap().len(), 1);
     assert_eq!(m["data"][0]["id"], "tiny-2l");
-    let r = c.post(format!("{base}/v1/completions")).bearer_auth(&ka)
-        .json(&json!({"model": "tiny-4l", "prompt": "x"})).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/v1/completions"))
+        .bearer_auth(&ka)
+        .json(&json!({"model": "tiny-4l", "prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
-    let unknown: Value = c.post(format!("{base}/v1/completions")).bearer_auth(&ka)
-        .json(&json!({"model": "no-such", "prompt": "x"})).send().await.unwrap().json().await.unwrap();
+    let unknown: Value = c
+        .post(format!("{base}/v1/completions"))
+        .bearer_auth(&ka)
+        .json(&json!({"model": "no-such", "prompt": "x"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(v["error"]["code"], unknown["error"]["code"], "the same answer as a model that does not exist");
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    let r = c.post(format!("{base}/v1/completions")).json(&json!({"model": "tiny-2l", "prompt": "x"})).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"model": "tiny-2l", "prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
 
     // The context window and the KV cache are refused up front, naming the limit.
     let long = "y".repeat(5000);
-    let v: Value = c.post(format!("{base}/v1/completions")).bearer_auth(&ka)
-        .json(&json!({"model": "tiny-2l", "prompt": long})).send().await.unwrap().json().await.unwrap();
+    let v: Value = c
+        .post(format!("{base}/v1/completions"))
+        .bearer_auth(&ka)
+        .json(&json!({"model": "tiny-2l", "prompt": long}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(v["error"]["message"].as_str().unwrap().contains("maximum context length is 4096"), "{v}");
-    let r = c.post(format!("{base}/v1/completions")).bearer_auth(&ka)
-        .json(&json!({"model": "tiny-2l", "prompt": "ab", "max_tokens": 4095})).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/v1/completions"))
+        .bearer_auth(&ka)
+        .json(&json!({"model": "tiny-2l", "prompt": "ab", "max_tokens": 4095}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["param"], "max_tokens");
 
-    let st = live_status(&app).await;
+    let st = alpha_until(&app, |a| a["completed"] == 2).await;
     let a = &st["now"]["tenants"][0];
-    assert_eq!(a["completed"], 2, "{st}");
-    assert_eq!(a["kv_blocks_free"], a["kv_blocks_total"]);
+    assert_eq!(a["kv_blocks_free"], a["kv_blocks_total"], "{st}");
+    assert_eq!((a["requests"].as_u64(), a["dropped"].as_u64()), (Some(2), Some(0)));
 }
 
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
@@ -245,21 +291,12 @@ async fn a_client_gone_mid_stream_frees_its_kv_at_once(pool: PgPool) {
         buf += &String::from_utf8_lossy(&r.chunk().await.unwrap().unwrap());
         got += events(&mut buf).len();
     }
-    let held = live_status(&app).await;
-    let a = &held["now"]["tenants"][0];
-    assert!(a["kv_blocks_free"].as_u64() < a["kv_blocks_total"].as_u64(), "{held}");
+    alpha_until(&app, |a| a["kv_blocks_free"].as_u64() < a["kv_blocks_total"].as_u64()).await;
     drop(r);
     let gone = Instant::now();
-    loop {
-        let st = live_status(&app).await;
-        let a = &st["now"]["tenants"][0];
-        if a["kv_blocks_free"] == a["kv_blocks_total"] && a["in_service"] == 0 {
-            assert_eq!(a["dropped"], 1, "{st}");
-            break;
-        }
-        assert!(gone.elapsed() < Duration::from_secs(2), "the KV is still held: {st}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let st = alpha_until(&app, |a| a["kv_blocks_free"] == a["kv_blocks_total"] && a["in_service"] == 0).await;
+    assert!(gone.elapsed() < Duration::from_secs(5), "the KV was held {:?} after the client left", gone.elapsed());
+    assert_eq!(st["now"]["tenants"][0]["dropped"], 1, "{st}");
 }
 
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
@@ -310,6 +347,43 @@ async fn a_stop_finishes_or_fails_every_request_in_flight(pool: PgPool) {
     assert_eq!(items.iter().filter(|r| !r["dropped"].is_null()).count(), 3);
 }
 
+/// Every `$ref` the live routes reach (through their schemas too) names a schema the
+/// document defines.
+#[test]
+fn every_ref_of_the_live_routes_resolves() {
+    let doc = serde_json::to_value(slicesched_api::http::openapi()).unwrap();
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.clone());
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+    let mut todo = Vec::new();
+    for p in ["/v1/completions", "/v1/chat/completions", "/v1/models", "/api/v1/live", "/api/v1/live/policy"] {
+        assert!(doc["paths"][p].is_object(), "{p} is not documented");
+        refs(&doc["paths"][p], &mut todo);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(r) = todo.pop() {
+        if !seen.insert(r.clone()) {
+            continue;
+        }
+        let name = r.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("{r}"));
+        let schema = &doc["components"]["schemas"][name];
+        assert!(schema.is_object(), "{r} does not resolve");
+        refs(schema, &mut todo);
+    }
+    for s in ["LiveConfig", "LiveTenant", "Completion", "ChatCompletion", "OaiError", "Prompt"] {
+        assert!(seen.contains(&format!("#/components/schemas/{s}")), "{s} is not reached: {seen:?}");
+    }
+}
+
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
 async fn the_admin_api_refuses_what_cannot_be_served(pool: PgPool) {
     let app = slicesched_api::app(state(pool).await);
@@ -336,7 +410,9 @@ async fn the_admin_api_refuses_what_cannot_be_served(pool: PgPool) {
     let (s, _) = post(&app, "/api/v1/live", ADMIN, cluster(json!({}))).await;
     assert_eq!(s, StatusCode::CREATED);
     assert_eq!(post(&app, "/api/v1/live", ADMIN, cluster(json!({}))).await.0, StatusCode::CONFLICT);
-    let (s, v) = call(&app, axum::http::Method::PUT, "/api/v1/live/policy", Some(ADMIN), Some(json!({"policy": "timeslice"}))).await;
+    let (s, v) =
+        call(&app, axum::http::Method::PUT, "/api/v1/live/policy", Some(ADMIN), Some(json!({"policy": "timeslice"})))
+            .await;
     assert!(s == StatusCode::OK || s == StatusCode::CONFLICT, "{s} {v}");
     assert_eq!(call(&app, axum::http::Method::DELETE, "/api/v1/live", Some(ADMIN), None).await.0, StatusCode::OK);
 }

@@ -225,122 +225,125 @@ impl<'a> Sim<'a> {
         opts: ReplayOptions,
         exec: Option<&'a mut dyn crate::OpExecutor>,
     ) -> Self {
-    let dev = Devices::new(&scn.cluster, &scn.deployment, policy.spatial_sharing());
-    let group_ctx = scn
-        .deployment
-        .groups
-        .iter()
-        .map(|g| DeviceCtx { sku: scn.cluster.gpu(g.gpus[0]).sku.clone(), group_link: scn.cluster.group_link(&g.gpus) })
-        .collect();
-    let mut insts = Vec::new();
-    let mut tenant_insts = vec![Vec::new(); scn.tenants.len()];
-    // Homes first, in tenant order, so instance i < tenants is tenant i's home.
-    let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
-    order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
-    for h in order {
-        let t = &scn.tenants[h.tenant.index()];
-        tenant_insts[h.tenant.index()].push(insts.len() as u32);
-        insts.push(InstRt {
-            tenant: h.tenant,
-            group: h.group,
-            is_home: h.is_home,
-            engine: Engine::new(t.engine, h.kv_blocks),
-            seq_to_req: Vec::new(),
-            inflight: 0,
-            next_launch: u64::MAX,
-        });
-    }
-    let records = scn
-        .requests
-        .iter()
-        .enumerate()
-        .map(|(i, (t, r))| {
-            let sla = &scn.tenants[*t as usize].sla;
-            RequestRecord {
-                id: i as u32,
-                tenant: *t,
-                arrival_ns: r.arrival_ns,
-                prompt_tokens: r.prompt_tokens,
-                output_tokens: r.output_tokens.max(1),
-                first_token_ns: None,
-                finish_ns: None,
-                preemptions: 0,
-                dropped: None,
-                ttft_target_ns: sla.ttft_target_ns(r.prompt_tokens),
-                tpot_target_ns: sla.tpot_target_ns(),
-            }
-        })
-        .collect();
-    let n_gpus = scn.cluster.len();
-    let rec = crate::record::Recorder::new(opts.record_ops, opts.sample_decisions_every);
-    let mut sim = Sim {
-        scn,
-        cost,
-        policy,
-        opts,
-        now: 0,
-        seq: 0,
-        events: BinaryHeap::new(),
-        gmg: Gmg::new(),
-        dev,
-        group_ctx,
-        insts,
-        tenant_insts,
-        iters: Vec::new(),
-        records,
-        series: TimeSeries::new(n_gpus),
-        op_events: 0,
-        iterations: 0,
-        single_iterations: 0,
-        completed: 0,
-        dep_violations: 0,
-        rejected: Vec::new(),
-        stats: crate::place::PlaceStats::new(n_gpus),
-        timeline: None,
-        whatif_scratch: Default::default(),
-        op_keys: Vec::new(),
-        next_key: 0,
-        ready: Vec::new(),
-        freed: Vec::new(),
-        closed: Vec::new(),
-        ready_view: Vec::new(),
-        followers: Vec::new(),
-        placements: Vec::new(),
-        seq_events: Vec::new(),
-        busy_until: vec![0; n_gpus],
-        queued_ns: vec![0; n_gpus],
-        owner_need: vec![0; n_gpus],
-        tenant_views: Vec::new(),
-        group_links: {
-            let gs = &scn.deployment.groups;
-            gs.iter().flat_map(|a| gs.iter().map(|b| scn.cluster.link(a.gpus[0], b.gpus[0]))).collect()
-        },
-        inst_views: Vec::new(),
-        epoch: slicesched_policy::new_epoch(),
-        rec,
-        busy: None,
-        cancelled: false,
-        kv_pools: Vec::new(),
-        kv_shares: Vec::new(),
-        exec,
-        req_seq: Vec::new(),
-        ends: Vec::new(),
-        preempted: Vec::new(),
-        batch_seqs: Vec::new(),
-    };
-    sim.load_memory();
-    sim.init_kv_pools();
-    if sim.policy.reads_view() {
-        sim.timeline = Some(sim.new_timeline());
-    }
-    if sim.opts.record_busy {
-        // Sized for the arrivals and a tenth more: a run ends soon after its last
-        // arrival, not at the drain window's limit (rows grow if it does not).
-        let last = scn.requests.last().map_or(0, |r| r.1.arrival_ns);
-        let w = crate::busy::bucket_ns_for(last + last / 10 + 1_000_000_000);
-        sim.busy = Some(crate::busy::BusyRecorder::new(w, n_gpus, scn.tenants.len()));
-    }
-    sim
+        let dev = Devices::new(&scn.cluster, &scn.deployment, policy.spatial_sharing());
+        let group_ctx = scn
+            .deployment
+            .groups
+            .iter()
+            .map(|g| DeviceCtx {
+                sku: scn.cluster.gpu(g.gpus[0]).sku.clone(),
+                group_link: scn.cluster.group_link(&g.gpus),
+            })
+            .collect();
+        let mut insts = Vec::new();
+        let mut tenant_insts = vec![Vec::new(); scn.tenants.len()];
+        // Homes first, in tenant order, so instance i < tenants is tenant i's home.
+        let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
+        order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
+        for h in order {
+            let t = &scn.tenants[h.tenant.index()];
+            tenant_insts[h.tenant.index()].push(insts.len() as u32);
+            insts.push(InstRt {
+                tenant: h.tenant,
+                group: h.group,
+                is_home: h.is_home,
+                engine: Engine::new(t.engine, h.kv_blocks),
+                seq_to_req: Vec::new(),
+                inflight: 0,
+                next_launch: u64::MAX,
+            });
+        }
+        let records = scn
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(i, (t, r))| {
+                let sla = &scn.tenants[*t as usize].sla;
+                RequestRecord {
+                    id: i as u32,
+                    tenant: *t,
+                    arrival_ns: r.arrival_ns,
+                    prompt_tokens: r.prompt_tokens,
+                    output_tokens: r.output_tokens.max(1),
+                    first_token_ns: None,
+                    finish_ns: None,
+                    preemptions: 0,
+                    dropped: None,
+                    ttft_target_ns: sla.ttft_target_ns(r.prompt_tokens),
+                    tpot_target_ns: sla.tpot_target_ns(),
+                }
+            })
+            .collect();
+        let n_gpus = scn.cluster.len();
+        let rec = crate::record::Recorder::new(opts.record_ops, opts.sample_decisions_every);
+        let mut sim = Sim {
+            scn,
+            cost,
+            policy,
+            opts,
+            now: 0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            gmg: Gmg::new(),
+            dev,
+            group_ctx,
+            insts,
+            tenant_insts,
+            iters: Vec::new(),
+            records,
+            series: TimeSeries::new(n_gpus),
+            op_events: 0,
+            iterations: 0,
+            single_iterations: 0,
+            completed: 0,
+            dep_violations: 0,
+            rejected: Vec::new(),
+            stats: crate::place::PlaceStats::new(n_gpus),
+            timeline: None,
+            whatif_scratch: Default::default(),
+            op_keys: Vec::new(),
+            next_key: 0,
+            ready: Vec::new(),
+            freed: Vec::new(),
+            closed: Vec::new(),
+            ready_view: Vec::new(),
+            followers: Vec::new(),
+            placements: Vec::new(),
+            seq_events: Vec::new(),
+            busy_until: vec![0; n_gpus],
+            queued_ns: vec![0; n_gpus],
+            owner_need: vec![0; n_gpus],
+            tenant_views: Vec::new(),
+            group_links: {
+                let gs = &scn.deployment.groups;
+                gs.iter().flat_map(|a| gs.iter().map(|b| scn.cluster.link(a.gpus[0], b.gpus[0]))).collect()
+            },
+            inst_views: Vec::new(),
+            epoch: slicesched_policy::new_epoch(),
+            rec,
+            busy: None,
+            cancelled: false,
+            kv_pools: Vec::new(),
+            kv_shares: Vec::new(),
+            exec,
+            req_seq: Vec::new(),
+            ends: Vec::new(),
+            preempted: Vec::new(),
+            batch_seqs: Vec::new(),
+        };
+        sim.load_memory();
+        sim.init_kv_pools();
+        if sim.policy.reads_view() {
+            sim.timeline = Some(sim.new_timeline());
+        }
+        if sim.opts.record_busy {
+            // Sized for the arrivals and a tenth more: a run ends soon after its last
+            // arrival, not at the drain window's limit (rows grow if it does not).
+            let last = scn.requests.last().map_or(0, |r| r.1.arrival_ns);
+            let w = crate::busy::bucket_ns_for(last + last / 10 + 1_000_000_000);
+            sim.busy = Some(crate::busy::BusyRecorder::new(w, n_gpus, scn.tenants.len()));
+        }
+        sim
     }
 }
 
