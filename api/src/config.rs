@@ -32,6 +32,8 @@ pub struct Config {
     pub data_dirs: Vec<PathBuf>,
     /// Budgets every request and run is checked against before any work.
     pub limits: crate::limits::Limits,
+    /// A live cluster to serve (`[live]`; started with the service when `autostart`).
+    pub live: Option<crate::live::LiveConfig>,
 }
 
 impl Default for Config {
@@ -49,6 +51,7 @@ impl Default for Config {
             record_max_ops: 200_000,
             data_dirs: vec!["scenarios".into(), "data".into(), "target/plugins".into()],
             limits: crate::limits::Limits::default(),
+            live: None,
         }
     }
 }

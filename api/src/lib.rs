@@ -13,6 +13,7 @@ pub mod extract;
 pub mod http;
 pub mod jobs;
 pub mod limits;
+pub mod live;
 pub mod plugin_host;
 pub mod policies;
 pub mod scenarios;

@@ -20,6 +20,8 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     #[error("demo run: {0}")]
     Demo(String),
+    #[error("live cluster (`[live]` of the configuration): {0}")]
+    Live(String),
 }
 
 /// How long shutdown waits for cancelled replays to notice their flag.
@@ -39,6 +41,12 @@ pub async fn prepare(config: Config) -> Result<AppState, ServeError> {
     if state.config.demo_run {
         demo(&state).await?;
     }
+    if let Some(cfg) = state.config.live.clone().filter(|c| c.autostart) {
+        let c = crate::live::start(&state, cfg).await.map_err(|e| ServeError::Live(e.to_string()))?;
+        let detail = serde_json::to_value(&c.config).unwrap_or_default();
+        crate::db::audit(&state.db, "system:config", "live.start", &c.id.to_string(), detail).await?;
+        tracing::info!(cluster = %c.id, "live cluster serving /v1");
+    }
     Ok(state)
 }
 
@@ -49,8 +57,18 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
     tracing::info!(%addr, "serving the API and web UI");
     let jobs = state.jobs.clone();
+    let st = state.clone();
     let stopping = async move {
         shutdown().await;
+        // In-flight completions finish (for the cluster's drain time) or fail first.
+        if let Some((c, served)) = st.live.stop().await {
+            tracing::info!(cluster = %c.id, "live cluster stopped");
+            if let Some(r) = served {
+                if let Err(e) = crate::live::history::store(&st, &c, &r, "system:shutdown").await {
+                    tracing::error!(error = %e, "storing the live run failed");
+                }
+            }
+        }
         // Runs are cancelled at once and marked interrupted, not left to finish (a long
         // replay would hold the process for minutes) nor left `running`.
         if let Err(e) = jobs.shutdown(SHUTDOWN_GRACE).await {

@@ -14,12 +14,21 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub jobs: Jobs,
     pub metrics: Arc<Metrics>,
+    /// The live cluster, when one serves.
+    pub live: crate::live::Live,
 }
 
 impl AppState {
     pub fn new(db: PgPool, config: Config, metrics: Arc<Metrics>) -> AppState {
         let config = Arc::new(config);
         let jobs = Jobs::new(db.clone(), config.clone(), metrics.clone());
-        AppState { admin_token_sha256: crate::auth::sha256(&config.admin_token), db, config, jobs, metrics }
+        AppState {
+            admin_token_sha256: crate::auth::sha256(&config.admin_token),
+            db,
+            config,
+            jobs,
+            metrics,
+            live: Default::default(),
+        }
     }
 }

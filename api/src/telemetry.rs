@@ -106,6 +106,8 @@ pub struct Metrics {
     pub decision_latency_us: GaugeVec,
     pub sla_violations: IntCounterVec,
     pub gpu_busy: GaugeVec,
+    /// Live serving's, per tenant (vLLM's names).
+    pub live: crate::live::metrics::LiveMetrics,
     otel_decisions: Counter<u64>,
     otel_violations: Counter<u64>,
     otel_gpu_busy: Gauge<f64>,
@@ -170,7 +172,9 @@ impl Metrics {
         reg(Box::new(sla_violations.clone()));
         reg(Box::new(gpu_busy.clone()));
         let meter = opentelemetry::global::meter("slicesched");
+        let live = crate::live::metrics::LiveMetrics::new(&registry);
         Metrics {
+            live,
             registry,
             http_requests,
             http_latency,

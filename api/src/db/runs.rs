@@ -22,6 +22,26 @@ impl RunKind {
     }
 }
 
+/// What a stored run is: a replay or a sweep (asked for with `POST /runs`), or the
+/// traffic a live cluster served (stored when it stopped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StoredKind {
+    Replay,
+    Sweep,
+    Live,
+}
+
+impl StoredKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoredKind::Replay => "replay",
+            StoredKind::Sweep => "sweep",
+            StoredKind::Live => "live",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
@@ -50,7 +70,7 @@ impl RunStatus {
 #[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
 pub struct Run {
     pub id: Uuid,
-    #[schema(value_type = RunKind)]
+    #[schema(value_type = StoredKind)]
     pub kind: String,
     /// The shipped scenario's name, or the inline scenario's `name`.
     pub scenario: String,

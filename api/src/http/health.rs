@@ -55,5 +55,8 @@ async fn readyz(State(st): State<AppState>) -> (StatusCode, Json<Ready>) {
     responses((status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"),
               (status = 401, body = Problem)))]
 async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+    if let Some(c) = st.live.current() {
+        st.metrics.live.refresh(&c);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render())
 }

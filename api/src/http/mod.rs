@@ -8,8 +8,11 @@ mod export;
 mod headers;
 mod health;
 mod keys;
+mod live;
 mod me;
 mod middleware;
+mod openai;
+mod openai_types;
 mod pagination;
 mod plugins;
 mod run_data;
@@ -42,6 +45,8 @@ use utoipa_axum::router::OpenApiRouter;
         (name = "audit", description = "The audit log of every change (admin only)"),
         (name = "plugins", description = "Policy plugins (Wasm components)"),
         (name = "catalog", description = "Clusters, models and shipped scenarios"),
+        (name = "live", description = "The live cluster serving tenants' models (admin only)"),
+        (name = "openai", description = "OpenAI-compatible completions for tenant keys, served by the live cluster"),
         (name = "ops", description = "Health, readiness and metrics")
     )
 )]
@@ -73,6 +78,8 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(plugins::router())
         .merge(catalog::router())
         .merge(health::router())
+        .merge(live::router())
+        .merge(openai::router())
 }
 
 /// The OpenAPI document alone (for `slicesched serve --print-openapi` and tests).

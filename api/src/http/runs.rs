@@ -1,7 +1,7 @@
 //! Runs: list (filtered, keyset-paginated), read, start (admin), cancel (admin).
 
 use crate::auth::Caller;
-use crate::db::runs::{Run, RunKind, RunStatus, RUN_COLUMNS};
+use crate::db::runs::{Run, RunKind, RunStatus, StoredKind, RUN_COLUMNS};
 use crate::error::{ApiError, ApiResult, Problem};
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::pagination;
@@ -22,8 +22,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct RunQuery {
-    /// Replays or sweeps only.
-    kind: Option<RunKind>,
+    /// Replays, sweeps or live traffic only.
+    kind: Option<StoredKind>,
     /// Runs that used this policy.
     policy: Option<String>,
     /// Runs whose scenario name contains this (case-insensitive).
@@ -104,7 +104,7 @@ async fn list_runs(
     .bind(cur_ts)
     .bind(cur_id)
     .bind(limit + 1)
-    .bind(q.kind.map(RunKind::as_str))
+    .bind(q.kind.map(StoredKind::as_str))
     .fetch_all(&st.db)
     .await?;
     let (items, more) = pagination::split(rows, limit);

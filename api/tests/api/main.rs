@@ -11,6 +11,7 @@ mod hardening_http_guard;
 mod hardening_outages;
 mod hardening_texts;
 mod http;
+mod live;
 mod matrix;
 mod plugins;
 mod runs;

@@ -109,6 +109,8 @@ pub struct Engine {
     /// Executing batches that hold decodes.
     decode_batches: usize,
     preemptions: u64,
+    /// Requests preempted since the last [`Engine::take_preempted`] (their KV was freed).
+    preempted: Vec<SeqId>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -135,6 +137,7 @@ impl Engine {
             inflight_seqs: 0,
             decode_batches: 0,
             preemptions: 0,
+            preempted: Vec::new(),
         }
     }
 
@@ -163,6 +166,10 @@ impl Engine {
     }
     pub fn seq_preemptions(&self, seq: SeqId) -> u32 {
         self.seqs[seq.0 as usize].preemptions
+    }
+    /// Tokens the request has generated so far.
+    pub fn seq_generated(&self, seq: SeqId) -> u32 {
+        self.seqs[seq.0 as usize].generated
     }
     /// Requests waiting or running.
     pub fn has_work(&self) -> bool {
@@ -218,7 +225,49 @@ impl Engine {
         s.computed = 0;
         s.preemptions += 1;
         self.preemptions += 1;
+        self.preempted.push(victim);
         self.waiting.push_front(victim);
+    }
+
+    /// Moves the requests preempted since the last call into `out` (an executor that
+    /// holds their KV frees it: they are recomputed from the start).
+    pub fn take_preempted(&mut self, out: &mut Vec<SeqId>) {
+        out.append(&mut self.preempted);
+    }
+
+    /// Ends a request early (a stop sequence, a cancelled client): it leaves the queues
+    /// and its blocks are freed at once. Refused (false) while it is part of an
+    /// executing batch, whose completion must come first, or when it already ended.
+    pub fn abort(&mut self, seq: SeqId) -> bool {
+        let Some(s) = self.seqs.get_mut(seq.0 as usize) else { return false };
+        if s.inflight || s.finished {
+            return false;
+        }
+        s.finished = true;
+        self.blocks_free += s.blocks;
+        s.blocks = 0;
+        self.waiting.retain(|&v| v != seq);
+        self.running.retain(|&v| v != seq);
+        true
+    }
+
+    /// Whether the request is part of an executing batch.
+    pub fn is_inflight(&self, seq: SeqId) -> bool {
+        self.seqs.get(seq.0 as usize).is_some_and(|s| s.inflight)
+    }
+
+    /// Whether the request finished or was aborted.
+    pub fn is_finished(&self, seq: SeqId) -> bool {
+        self.seqs.get(seq.0 as usize).is_none_or(|s| s.finished)
+    }
+
+    /// The requests of an executing batch in its DAG's order: prefill chunks, then
+    /// decodes, each in the order of [`IterationBatch`].
+    pub fn batch_seqs(&self, id: BatchId, out: &mut Vec<SeqId>) {
+        let b = self.batches[id.0 as usize].as_ref().expect("batch in flight");
+        out.clear();
+        out.extend(b.items.iter().filter(|(_, w)| matches!(w, Work::Prefill(_))).map(|(s, _)| *s));
+        out.extend(b.items.iter().filter(|(_, w)| matches!(w, Work::Decode)).map(|(s, _)| *s));
     }
 
     /// Forms a batch from the requests not already executing. Returns None when there
@@ -526,6 +575,27 @@ mod tests {
                 assert_eq!(shape(&e, next), (1, 1));
             }
         }
+    }
+
+    #[test]
+    fn abort_frees_blocks_unless_executing() {
+        let mut e = Engine::new(EngineConfig::default(), 100);
+        let Admission::Queued(a) = e.add_request(40, 10) else { panic!() };
+        let Admission::Queued(b) = e.add_request(40, 10) else { panic!() };
+        let Admission::Queued(c) = e.add_request(40, 10) else { panic!() };
+        let id = e.schedule().unwrap();
+        let mut order = Vec::new();
+        e.batch_seqs(id, &mut order);
+        assert_eq!(order, vec![a, b, c]);
+        assert!(!e.abort(a), "executing: refused");
+        e.complete(id, &mut Vec::new());
+        assert!(e.abort(a));
+        assert!(!e.abort(a), "already ended");
+        assert_eq!(e.kv_blocks_held(), 2 * 3, "b and c hold 40 tokens, 3 blocks each");
+        assert!(e.is_finished(a) && !e.is_finished(b));
+        let (_, ev) = run_to_end(&mut e);
+        assert_eq!(ev.iter().filter(|x| matches!(x, SeqEvent::Finished { .. })).count(), 2);
+        assert_eq!(e.kv_blocks_free(), 100);
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub struct ExecOp<'a> {
     /// replicas, as `replay` orders them).
     pub instance: u32,
     pub batch: &'a IterationBatch,
+    /// The request of each of the batch's sequences, in the DAG's order (prefill chunks,
+    /// then decodes): what an executor that computes real tokens needs.
+    pub reqs: &'a [u32],
     pub dag: &'a IterationDag,
     /// The op's position in `dag`.
     pub index: u32,
@@ -34,4 +37,21 @@ pub trait OpExecutor {
     fn correction(&self, _spec: &OpSpec) -> f64 {
         1.0
     }
+    /// The engine freed the request's KV blocks: it finished, ended early, or was
+    /// preempted (it will be recomputed from its first token). An executor that holds
+    /// the request's KV frees it now.
+    fn kv_released(&mut self, _req: u32) {}
+    /// Requests the executor ended after the iteration it just finished (a stop
+    /// sequence matched, a client went away): the loop takes them out of their engines
+    /// before the next batch is formed.
+    fn take_ended(&mut self, _out: &mut Vec<(u32, End)>) {}
+}
+
+/// Why a request ends before its engine finishes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// It is complete (a stop sequence or an end-of-sequence token): recorded as finished.
+    Stopped,
+    /// Nobody wants it any more: recorded as dropped with this reason.
+    Dropped(&'static str),
 }

@@ -16,6 +16,7 @@ mod devices;
 mod exec;
 mod fast;
 mod kvpool;
+mod live;
 pub mod load;
 mod metrics;
 mod place;
@@ -27,7 +28,8 @@ mod scenario;
 mod summary;
 
 pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
-pub use exec::{ExecOp, OpExecutor};
+pub use exec::{End, ExecOp, OpExecutor};
+pub use live::{EngineState, LiveSim};
 pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,

@@ -535,6 +535,7 @@ impl Sim<'_> {
                 tenant: node.tenant,
                 instance: it.inst,
                 batch: self.insts[it.inst as usize].engine.batch(it.batch),
+                reqs: &it.reqs,
                 dag: &it.dag,
                 index: node.index,
                 group: node.group.expect("a starting op is placed"),

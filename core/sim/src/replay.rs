@@ -130,6 +130,8 @@ pub(crate) struct IterRt {
     pub new_prompt_tokens: u64,
     /// Launch order, unique within the replay (the GMG reuses iteration slots).
     pub serial: u64,
+    /// The requests of the batch in the DAG's order (filled only for an executor).
+    pub reqs: Vec<u32>,
 }
 
 pub(crate) struct Sim<'a> {
@@ -194,6 +196,12 @@ pub(crate) struct Sim<'a> {
     pub stop_ns: u64,
     /// The fast path's state (`crate::fast`).
     pub fast: crate::fast::FastState,
+    /// Per request, its (instance, engine sequence) once admitted.
+    pub req_seq: Vec<(u32, u32)>,
+    /// Requests to end early, applied once they are not executing ([`Sim::apply_ends`]).
+    pub ends: Vec<(u32, crate::End)>,
+    pub preempted: Vec<slicesched_engine::SeqId>,
+    pub batch_seqs: Vec<slicesched_engine::SeqId>,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -217,122 +225,142 @@ pub fn replay_with<'a>(
     exec: Option<&'a mut dyn crate::OpExecutor>,
     progress: &mut dyn FnMut(&Progress),
 ) -> ReplayResult {
-    let dev = Devices::new(&scn.cluster, &scn.deployment, policy.spatial_sharing());
-    let group_ctx = scn
-        .deployment
-        .groups
-        .iter()
-        .map(|g| DeviceCtx { sku: scn.cluster.gpu(g.gpus[0]).sku.clone(), group_link: scn.cluster.group_link(&g.gpus) })
-        .collect();
-    let mut insts = Vec::new();
-    let mut tenant_insts = vec![Vec::new(); scn.tenants.len()];
-    // Homes first, in tenant order, so instance i < tenants is tenant i's home.
-    let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
-    order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
-    for h in order {
-        let t = &scn.tenants[h.tenant.index()];
-        tenant_insts[h.tenant.index()].push(insts.len() as u32);
-        insts.push(InstRt {
-            tenant: h.tenant,
-            group: h.group,
-            is_home: h.is_home,
-            engine: Engine::new(t.engine, h.kv_blocks),
-            seq_to_req: Vec::new(),
-            inflight: 0,
-            next_launch: u64::MAX,
-        });
-    }
-    let records = scn
-        .requests
-        .iter()
-        .enumerate()
-        .map(|(i, (t, r))| {
-            let sla = &scn.tenants[*t as usize].sla;
-            RequestRecord {
-                id: i as u32,
-                tenant: *t,
-                arrival_ns: r.arrival_ns,
-                prompt_tokens: r.prompt_tokens,
-                output_tokens: r.output_tokens.max(1),
-                first_token_ns: None,
-                finish_ns: None,
-                preemptions: 0,
-                dropped: None,
-                ttft_target_ns: sla.ttft_target_ns(r.prompt_tokens),
-                tpot_target_ns: sla.tpot_target_ns(),
-            }
-        })
-        .collect();
-    let n_gpus = scn.cluster.len();
-    let rec = crate::record::Recorder::new(opts.record_ops, opts.sample_decisions_every);
-    let mut sim = Sim {
-        scn,
-        cost,
-        policy,
-        opts,
-        now: 0,
-        seq: 0,
-        events: BinaryHeap::new(),
-        gmg: Gmg::new(),
-        dev,
-        group_ctx,
-        insts,
-        tenant_insts,
-        iters: Vec::new(),
-        records,
-        series: TimeSeries::new(n_gpus),
-        op_events: 0,
-        iterations: 0,
-        single_iterations: 0,
-        completed: 0,
-        dep_violations: 0,
-        rejected: Vec::new(),
-        stats: crate::place::PlaceStats::new(n_gpus),
-        timeline: None,
-        whatif_scratch: Default::default(),
-        op_keys: Vec::new(),
-        next_key: 0,
-        ready: Vec::new(),
-        freed: Vec::new(),
-        closed: Vec::new(),
-        ready_view: Vec::new(),
-        followers: Vec::new(),
-        placements: Vec::new(),
-        seq_events: Vec::new(),
-        busy_until: vec![0; n_gpus],
-        queued_ns: vec![0; n_gpus],
-        owner_need: vec![0; n_gpus],
-        tenant_views: Vec::new(),
-        group_links: {
-            let gs = &scn.deployment.groups;
-            gs.iter().flat_map(|a| gs.iter().map(|b| scn.cluster.link(a.gpus[0], b.gpus[0]))).collect()
-        },
-        inst_views: Vec::new(),
-        epoch: slicesched_policy::new_epoch(),
-        rec,
-        busy: None,
-        cancelled: false,
-        kv_pools: Vec::new(),
-        kv_shares: Vec::new(),
-        exec,
-        stop_ns: 0,
-        fast: Default::default(),
-    };
-    sim.load_memory();
-    sim.init_kv_pools();
-    sim.init_fast();
-    if sim.policy.reads_view() {
-        sim.timeline = Some(sim.new_timeline());
-    }
-    if sim.opts.record_busy {
-        // Sized for the arrivals and a tenth more: a run ends soon after its last
-        // arrival, not at the drain window's limit (rows grow if it does not).
-        let last = scn.requests.last().map_or(0, |r| r.1.arrival_ns);
-        let w = crate::busy::bucket_ns_for(last + last / 10 + 1_000_000_000);
-        sim.busy = Some(crate::busy::BusyRecorder::new(w, n_gpus, scn.tenants.len()));
-    }
+    let mut sim = Sim::new(scn, policy, cost, opts, exec);
     sim.run(progress);
     sim.finish()
+}
+
+impl<'a> Sim<'a> {
+    pub(crate) fn new(
+        scn: &'a Scenario,
+        policy: &'a mut dyn Policy,
+        cost: &'a CostModel,
+        opts: ReplayOptions,
+        exec: Option<&'a mut dyn crate::OpExecutor>,
+    ) -> Self {
+        let dev = Devices::new(&scn.cluster, &scn.deployment, policy.spatial_sharing());
+        let group_ctx = scn
+            .deployment
+            .groups
+            .iter()
+            .map(|g| DeviceCtx {
+                sku: scn.cluster.gpu(g.gpus[0]).sku.clone(),
+                group_link: scn.cluster.group_link(&g.gpus),
+            })
+            .collect();
+        let mut insts = Vec::new();
+        let mut tenant_insts = vec![Vec::new(); scn.tenants.len()];
+        // Homes first, in tenant order, so instance i < tenants is tenant i's home.
+        let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
+        order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
+        for h in order {
+            let t = &scn.tenants[h.tenant.index()];
+            tenant_insts[h.tenant.index()].push(insts.len() as u32);
+            insts.push(InstRt {
+                tenant: h.tenant,
+                group: h.group,
+                is_home: h.is_home,
+                engine: Engine::new(t.engine, h.kv_blocks),
+                seq_to_req: Vec::new(),
+                inflight: 0,
+                next_launch: u64::MAX,
+            });
+        }
+        let records = scn
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(i, (t, r))| {
+                let sla = &scn.tenants[*t as usize].sla;
+                RequestRecord {
+                    id: i as u32,
+                    tenant: *t,
+                    arrival_ns: r.arrival_ns,
+                    prompt_tokens: r.prompt_tokens,
+                    output_tokens: r.output_tokens.max(1),
+                    first_token_ns: None,
+                    finish_ns: None,
+                    preemptions: 0,
+                    dropped: None,
+                    ttft_target_ns: sla.ttft_target_ns(r.prompt_tokens),
+                    tpot_target_ns: sla.tpot_target_ns(),
+                }
+            })
+            .collect();
+        let n_gpus = scn.cluster.len();
+        let rec = crate::record::Recorder::new(opts.record_ops, opts.sample_decisions_every);
+        let mut sim = Sim {
+            scn,
+            cost,
+            policy,
+            opts,
+            now: 0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            gmg: Gmg::new(),
+            dev,
+            group_ctx,
+            insts,
+            tenant_insts,
+            iters: Vec::new(),
+            records,
+            series: TimeSeries::new(n_gpus),
+            op_events: 0,
+            iterations: 0,
+            single_iterations: 0,
+            completed: 0,
+            dep_violations: 0,
+            rejected: Vec::new(),
+            stats: crate::place::PlaceStats::new(n_gpus),
+            timeline: None,
+            whatif_scratch: Default::default(),
+            op_keys: Vec::new(),
+            next_key: 0,
+            ready: Vec::new(),
+            freed: Vec::new(),
+            closed: Vec::new(),
+            ready_view: Vec::new(),
+            followers: Vec::new(),
+            placements: Vec::new(),
+            seq_events: Vec::new(),
+            busy_until: vec![0; n_gpus],
+            queued_ns: vec![0; n_gpus],
+            owner_need: vec![0; n_gpus],
+            tenant_views: Vec::new(),
+            group_links: {
+                let gs = &scn.deployment.groups;
+                gs.iter().flat_map(|a| gs.iter().map(|b| scn.cluster.link(a.gpus[0], b.gpus[0]))).collect()
+            },
+            inst_views: Vec::new(),
+            epoch: slicesched_policy::new_epoch(),
+            rec,
+            busy: None,
+            cancelled: false,
+            kv_pools: Vec::new(),
+            kv_shares: Vec::new(),
+            exec,
+            stop_ns: 0,
+            fast: Default::default(),
+            req_seq: Vec::new(),
+            ends: Vec::new(),
+            preempted: Vec::new(),
+            batch_seqs: Vec::new(),
+        };
+        sim.load_memory();
+        sim.init_kv_pools();
+        sim.init_fast();
+        if sim.policy.reads_view() {
+            sim.timeline = Some(sim.new_timeline());
+        }
+        if sim.opts.record_busy {
+            // Sized for the arrivals and a tenth more: a run ends soon after its last
+            // arrival, not at the drain window's limit (rows grow if it does not).
+            let last = scn.requests.last().map_or(0, |r| r.1.arrival_ns);
+            let w = crate::busy::bucket_ns_for(last + last / 10 + 1_000_000_000);
+            sim.busy = Some(crate::busy::BusyRecorder::new(w, n_gpus, scn.tenants.len()));
+        }
+        sim
+    }
 }
 
 impl Sim<'_> {
@@ -411,12 +439,7 @@ impl Sim<'_> {
                 break;
             }
             self.now = t;
-            match ev {
-                Ev::OpDone(op) => self.op_done(op),
-                Ev::Launch(inst, batch) => self.launch(inst as usize, batch),
-                Ev::Enqueue(op, group, prio, dur) => self.enqueue(op, group, prio, dur),
-                Ev::FastDone(inst) => self.fast_done(inst as usize),
-            }
+            self.dispatch(ev);
             if self.op_events >= next_report {
                 next_report += self.opts.progress_every;
                 progress(&self.progress(stop));
@@ -427,6 +450,15 @@ impl Sim<'_> {
             }
         }
         progress(&self.progress(stop));
+    }
+
+    pub(crate) fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::OpDone(op) => self.op_done(op),
+            Ev::Launch(inst, batch) => self.launch(inst as usize, batch),
+            Ev::Enqueue(op, group, prio, dur) => self.enqueue(op, group, prio, dur),
+            Ev::FastDone(inst) => self.fast_done(inst as usize),
+        }
     }
 
     fn progress(&self, horizon: u64) -> Progress {
@@ -440,14 +472,19 @@ impl Sim<'_> {
     }
 
     fn arrive(&mut self, idx: usize) {
-        let scn = self.scn;
-        let (t, r) = &scn.requests[idx];
-        let inst = if self.tenant_insts[*t as usize].len() == 1 {
-            self.tenant_insts[*t as usize][0] as usize
+        let (t, r) = &self.scn.requests[idx];
+        self.admit(idx, *t, r.prompt_tokens, r.output_tokens);
+    }
+
+    /// Routes request `idx` (its record exists) to one of its tenant's instances and
+    /// queues it there; false when it could never fit (recorded as dropped).
+    pub(crate) fn admit(&mut self, idx: usize, t: u32, prompt_tokens: u32, output_tokens: u32) -> bool {
+        let inst = if self.tenant_insts[t as usize].len() == 1 {
+            self.tenant_insts[t as usize][0] as usize
         } else {
             self.build_views();
             self.build_instance_views();
-            let insts = &self.tenant_insts[*t as usize];
+            let insts = &self.tenant_insts[t as usize];
             let views: Vec<InstanceView> = insts.iter().map(|&i| self.inst_views[i as usize]).collect();
             let view = crate::place::view!(self);
             let k = self.policy.route(&view, &views).min(insts.len() - 1);
@@ -455,16 +492,24 @@ impl Sim<'_> {
         };
         // Refused only if it could not fit even with the other residents' pools empty.
         self.kv_resize(inst, true);
-        let admission = self.insts[inst].engine.add_request(r.prompt_tokens, r.output_tokens.max(1));
+        let admission = self.insts[inst].engine.add_request(prompt_tokens, output_tokens.max(1));
         self.kv_refresh(inst);
         let rt = &mut self.insts[inst];
         match admission {
             Admission::Queued(seq) => {
                 debug_assert_eq!(seq.0 as usize, rt.seq_to_req.len());
                 rt.seq_to_req.push(idx as u32);
+                if self.req_seq.len() <= idx {
+                    self.req_seq.resize(idx + 1, (u32::MAX, u32::MAX));
+                }
+                self.req_seq[idx] = (inst as u32, seq.0);
                 self.start_iterations(inst);
+                true
             }
-            Admission::TooLong { .. } => self.records[idx].dropped = Some("needs more KV cache than the tenant has"),
+            Admission::TooLong { .. } => {
+                self.records[idx].dropped = Some("needs more KV cache than the tenant has");
+                false
+            }
         }
     }
 
@@ -487,6 +532,7 @@ impl Sim<'_> {
             }
             self.kv_refresh(inst);
             let scheduled = self.insts[inst].engine.schedule();
+            self.release_preempted(inst);
             self.kv_sync(inst);
             let rt = &mut self.insts[inst];
             let Some(batch) = scheduled else { return };
@@ -541,8 +587,14 @@ impl Sim<'_> {
         if self.iters.len() <= iter.index() {
             self.iters.resize_with(iter.index() + 1, || None);
         }
+        let mut reqs = Vec::new();
+        if self.exec.is_some() {
+            let rt = &self.insts[inst];
+            rt.engine.batch_seqs(batch, &mut self.batch_seqs);
+            reqs.extend(self.batch_seqs.iter().map(|s| rt.seq_to_req[s.0 as usize]));
+        }
         self.iters[iter.index()] =
-            Some(IterRt { inst: inst as u32, batch, dag, new_prompt_tokens, serial: self.iterations });
+            Some(IterRt { inst: inst as u32, batch, dag, new_prompt_tokens, serial: self.iterations, reqs });
         self.iterations += 1;
         let ready = std::mem::take(&mut self.ready);
         self.place(&ready, None);
@@ -617,7 +669,11 @@ impl Sim<'_> {
                     self.records[rt.seq_to_req[seq.0 as usize] as usize].first_token_ns = Some(self.now);
                 }
                 SeqEvent::Finished { seq } => {
-                    let r = &mut self.records[rt.seq_to_req[seq.0 as usize] as usize];
+                    let req = rt.seq_to_req[seq.0 as usize];
+                    if let Some(x) = self.exec.as_mut() {
+                        x.kv_released(req);
+                    }
+                    let r = &mut self.records[req as usize];
                     r.finish_ns = Some(self.now);
                     r.preemptions = rt.engine.seq_preemptions(seq);
                     self.completed += 1;
@@ -626,8 +682,76 @@ impl Sim<'_> {
                 }
             }
         }
+        if let Some(x) = self.exec.as_mut() {
+            x.take_ended(&mut self.ends);
+        }
         self.kv_sync(inst);
+        self.apply_ends();
         self.start_iterations(inst);
+    }
+
+    /// Tells the executor about the requests the instance's last `schedule` preempted.
+    fn release_preempted(&mut self, inst: usize) {
+        self.insts[inst].engine.take_preempted(&mut self.preempted);
+        if let Some(x) = self.exec.as_mut() {
+            for s in &self.preempted {
+                x.kv_released(self.insts[inst].seq_to_req[s.0 as usize]);
+            }
+        }
+        self.preempted.clear();
+    }
+
+    /// Ends the requests in `ends` that are not executing (the others wait for their
+    /// batch to complete); wakes the instances whose blocks they freed.
+    pub(crate) fn apply_ends(&mut self) {
+        let mut i = 0;
+        let mut woke: Vec<usize> = Vec::new();
+        while i < self.ends.len() {
+            let (req, end) = self.ends[i];
+            let Some(&(inst, seq)) = self.req_seq.get(req as usize).filter(|l| l.0 != u32::MAX) else {
+                self.ends.swap_remove(i);
+                continue;
+            };
+            let (inst, seq) = (inst as usize, slicesched_engine::SeqId(seq));
+            let e = &mut self.insts[inst].engine;
+            if e.is_inflight(seq) {
+                i += 1;
+                continue;
+            }
+            self.ends.swap_remove(i);
+            if !e.abort(seq) {
+                continue;
+            }
+            let generated = e.seq_generated(seq);
+            let preemptions = e.seq_preemptions(seq);
+            if let Some(x) = self.exec.as_mut() {
+                x.kv_released(req);
+            }
+            let r = &mut self.records[req as usize];
+            r.preemptions = preemptions;
+            match end {
+                crate::End::Stopped => {
+                    r.finish_ns = Some(self.now);
+                    r.output_tokens = generated.max(1);
+                    if r.first_token_ns.is_none() {
+                        r.first_token_ns = Some(self.now);
+                    }
+                    self.completed += 1;
+                    let v = r.violates();
+                    self.series.add_completion(self.now, v);
+                }
+                crate::End::Dropped(why) => r.dropped = Some(why),
+            }
+            if !woke.contains(&inst) {
+                woke.push(inst);
+            }
+        }
+        for inst in woke {
+            self.kv_sync(inst);
+            if self.insts[inst].inflight == 0 {
+                self.start_iterations(inst);
+            }
+        }
     }
 
     /// Adds a finished op's time to the busy buckets of every GPU of its group.
@@ -665,7 +789,7 @@ impl Sim<'_> {
         }
     }
 
-    fn finish(mut self) -> ReplayResult {
+    pub(crate) fn finish(mut self) -> ReplayResult {
         let end = self.now.max(1);
         for g in &mut self.dev.gpus {
             if !g.busy() {

@@ -182,26 +182,11 @@ impl Runner<'_> {
                 }
             }
         }
-        let tok = p.tokens.1.wait();
         let out = (|| {
             if let Some(e) = first_err {
                 return Err(e);
             }
-            tok?;
-            let HostData::I32(ids) = b.download(p.tokens.0)? else { unreachable!("tokens are i32") };
-            let logits = if want_logits {
-                let (v, shards, rows, n) = p.logits;
-                let HostData::F32(l) = b.download(v)? else { unreachable!("logits are f32") };
-                Some(
-                    (0..rows)
-                        .map(|r| {
-                            (0..shards).flat_map(|s| l[(s * rows + r) * n..(s * rows + r + 1) * n].to_vec()).collect()
-                        })
-                        .collect(),
-                )
-            } else {
-                None
-            };
+            let (ids, logits) = collect(b, &p.tokens, p.logits, want_logits)?;
             Ok(IterOutput { tokens: p.sampled.iter().copied().zip(ids).collect(), logits, ops })
         })();
         for id in p.bufs {
@@ -222,6 +207,29 @@ impl Runner<'_> {
         let p = self.submit(tenant, batch, place)?;
         self.wait(p, want_logits)
     }
+}
+
+/// Waits for the sampled ids and downloads them, with the logits (row-major, shards
+/// concatenated) when asked.
+pub(super) fn collect(
+    b: &dyn Backend,
+    tokens: &(View, Event),
+    (v, shards, rows, n): (View, usize, usize, usize),
+    want_logits: bool,
+) -> Result<(Vec<i32>, Option<Vec<Vec<f32>>>), ExecError> {
+    tokens.1.wait()?;
+    let HostData::I32(ids) = b.download(tokens.0)? else { unreachable!("tokens are i32") };
+    let logits = if want_logits {
+        let HostData::F32(l) = b.download(v)? else { unreachable!("logits are f32") };
+        Some(
+            (0..rows)
+                .map(|r| (0..shards).flat_map(|s| l[(s * rows + r) * n..(s * rows + r + 1) * n].to_vec()).collect())
+                .collect(),
+        )
+    } else {
+        None
+    };
+    Ok((ids, logits))
 }
 
 /// Waits for an op's launches and sums them up.

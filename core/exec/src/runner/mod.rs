@@ -7,7 +7,7 @@ mod step;
 
 pub use iter::{IterOutput, OpPlace, OpTiming, Pending};
 pub use load::{shard, LayerRange, Shard};
-pub use step::Stepper;
+pub use step::{SampledOutput, Stepper};
 
 use crate::backend::{Arena, Backend, BufId, DeviceId, Dtype, View};
 use crate::kernels::{Heads, BLOCK_TOKENS};

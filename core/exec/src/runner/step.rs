@@ -2,10 +2,13 @@
 //! starts an op once its inputs are done; the executor launches it, waits for it and
 //! reports its measured time.
 
-use super::iter::{launch_one, prepare, timing, Build, Loc, Sampling};
+use super::iter::{collect, launch_one, prepare, timing, Build, Loc, Sampling};
 use super::{ExecBatch, OpPlace, OpTiming, Runner};
 use crate::ExecError;
 use slicesched_model::{IterationBatch, IterationDag};
+
+/// Sampled `(sequence, greedy token)` pairs and, when asked, their logits.
+pub type SampledOutput = (Vec<(u64, i32)>, Option<Vec<Vec<f32>>>);
 
 /// An iteration being executed op by op.
 pub struct Stepper<'b> {
@@ -13,6 +16,8 @@ pub struct Stepper<'b> {
     pub dag: IterationDag,
     pub batch: IterationBatch,
     seqs: Vec<u64>,
+    /// The sequences that sample a token, in batch order.
+    sampled: Vec<u64>,
     acts: Vec<Option<Vec<Loc>>>,
     bld: Build<'b>,
     result: Sampling,
@@ -31,6 +36,7 @@ impl<'b> Runner<'b> {
             dag,
             batch: ib,
             seqs: batch.seqs.iter().map(|s| s.seq).collect(),
+            sampled: batch.seqs.iter().filter(|s| s.samples || !s.prefill).map(|s| s.seq).collect(),
             bld: Build { b, bufs: Vec::new(), meta },
             result: None,
         })
@@ -46,6 +52,15 @@ impl<'b> Runner<'b> {
         let (tokens, sampled) = (st.batch.tokens() as usize, st.batch.sampled() as usize);
         let rec = launch_one(t, &st.dag, index, place, &mut st.acts, &mut st.bld, (tokens, sampled), &mut st.result)?;
         timing(&rec)
+    }
+
+    /// The greedy token of every sampling sequence (in batch order) and, with
+    /// `want_logits`, their f32 logits: what a server samples from. Its LM head (and
+    /// all-gather) must have been stepped.
+    pub fn sampled(&self, st: &Stepper<'b>, want_logits: bool) -> Result<SampledOutput, ExecError> {
+        let (tokens, logits) = st.result.as_ref().ok_or_else(|| ExecError::Launch("the LM head has not run".into()))?;
+        let (ids, logits) = collect(self.backend, tokens, *logits, want_logits)?;
+        Ok((st.sampled.iter().copied().zip(ids).collect(), logits))
     }
 
     /// Ends an iteration: frees its activations and, with `release`, its sequences' KV.

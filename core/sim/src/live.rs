@@ -1,0 +1,140 @@
+//! The replay loop driven from outside: requests arrive when a caller says so and the
+//! clock advances to the instants the caller gives (the wall clock of a live server).
+//! The same engines, GMG, policy calls, checks, memory ledger and executor seam as
+//! [`crate::replay_with`]; only where arrivals and time come from differs.
+
+use crate::replay::{ReplayOptions, ReplayResult, Sim};
+use crate::{End, OpExecutor, RequestRecord, Scenario};
+use slicesched_cost::CostModel;
+use slicesched_policy::Policy;
+use std::cmp::Reverse;
+
+/// One tenant's engines now, summed over its instances.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineState {
+    pub waiting: u32,
+    pub running: u32,
+    pub kv_blocks_total: u32,
+    pub kv_blocks_free: u32,
+    pub preemptions: u64,
+    pub batches_in_flight: u32,
+}
+
+/// A simulator whose requests and clock come from its caller.
+pub struct LiveSim<'a> {
+    sim: Sim<'a>,
+}
+
+impl<'a> LiveSim<'a> {
+    /// `scn`'s own requests are ignored: every request comes through [`LiveSim::arrive`].
+    pub fn new(
+        scn: &'a Scenario,
+        policy: &'a mut dyn Policy,
+        cost: &'a CostModel,
+        opts: ReplayOptions,
+        exec: Option<&'a mut dyn OpExecutor>,
+    ) -> Self {
+        let mut sim = Sim::new(scn, policy, cost, opts, exec);
+        sim.records.clear();
+        Self { sim }
+    }
+
+    /// The loop's clock (ns).
+    pub fn now(&self) -> u64 {
+        self.sim.now
+    }
+
+    /// When the next event is due, if any.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        self.sim.events.peek().map(|e| e.0 .0)
+    }
+
+    /// Handles up to `max_events` of the events due at or before `t`, in time order;
+    /// when none is left due, the clock moves to `t` (never backwards). Returns the
+    /// events handled.
+    pub fn advance(&mut self, t: u64, max_events: u64) -> u64 {
+        let mut n = 0;
+        while n < max_events && self.next_event_ns().is_some_and(|e| e <= t) {
+            let Reverse((at, _, ev)) = self.sim.events.pop().expect("peeked");
+            self.sim.now = self.sim.now.max(at);
+            self.sim.dispatch(ev);
+            n += 1;
+        }
+        if !self.next_event_ns().is_some_and(|e| e <= t) {
+            self.sim.now = self.sim.now.max(t);
+        }
+        n
+    }
+
+    /// A request of `tenant` arrives now. Returns its id, or the record of why it was
+    /// refused (it could never fit the tenant's KV cache).
+    pub fn arrive(&mut self, tenant: u32, prompt_tokens: u32, output_tokens: u32) -> Result<u32, &RequestRecord> {
+        let sim = &mut self.sim;
+        let sla = &sim.scn.tenants[tenant as usize].sla;
+        let idx = sim.records.len();
+        sim.records.push(RequestRecord {
+            id: idx as u32,
+            tenant,
+            arrival_ns: sim.now,
+            prompt_tokens,
+            output_tokens: output_tokens.max(1),
+            first_token_ns: None,
+            finish_ns: None,
+            preemptions: 0,
+            dropped: None,
+            ttft_target_ns: sla.ttft_target_ns(prompt_tokens),
+            tpot_target_ns: sla.tpot_target_ns(),
+        });
+        if sim.admit(idx, tenant, prompt_tokens, output_tokens) {
+            Ok(idx as u32)
+        } else {
+            Err(&sim.records[idx])
+        }
+    }
+
+    /// Ends a request early: at once when it is not executing, else as soon as its
+    /// batch completes. Its KV blocks are freed then, in the engine and the executor.
+    pub fn end(&mut self, req: u32, end: End) {
+        self.sim.ends.push((req, end));
+        self.sim.apply_ends();
+    }
+
+    pub fn record(&self, req: u32) -> Option<&RequestRecord> {
+        self.sim.records.get(req as usize)
+    }
+
+    pub fn records(&self) -> &[RequestRecord] {
+        &self.sim.records
+    }
+
+    /// Whether any request is waiting, running or still executing.
+    pub fn busy(&self) -> bool {
+        self.sim.insts.iter().any(|i| i.engine.has_work() || i.inflight > 0) || !self.sim.events.is_empty()
+    }
+
+    /// A tenant's queues and KV cache now.
+    pub fn load(&self, tenant: u32) -> EngineState {
+        let mut l = EngineState::default();
+        for &i in self.sim.tenant_insts.get(tenant as usize).map_or(&[][..], |v| v.as_slice()) {
+            let e = &self.sim.insts[i as usize].engine;
+            let (w, r) = e.queue_lengths();
+            l.waiting += w as u32;
+            l.running += r as u32;
+            l.kv_blocks_total += e.kv_blocks_total();
+            l.kv_blocks_free += e.kv_blocks_free();
+            l.preemptions += e.preemptions();
+            l.batches_in_flight += e.batches_in_flight() as u32;
+        }
+        l
+    }
+
+    /// Ends the loop: requests still unfinished are recorded as dropped with `why`.
+    pub fn finish(mut self, why: &'static str) -> ReplayResult {
+        for r in &mut self.sim.records {
+            if r.finish_ns.is_none() && r.dropped.is_none() {
+                r.dropped = Some(why);
+            }
+        }
+        self.sim.finish()
+    }
+}
