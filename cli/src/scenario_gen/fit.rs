@@ -2,8 +2,8 @@
 //!
 //! Whether a home fits is asked of the scenario loader: a one-tenant scenario on `tp`
 //! GPUs of the SKU, sized by the same code every replay uses (weights, activation
-//! reserve, KV pool). A rough roofline of the home (`Home`) sets how much load a tenant
-//! gets; it only needs to rank loads, since a sweep scales them all together.
+//! reserve, KV pool). The replay's cost model prices a home (`Home`), which sets how
+//! much load a tenant gets.
 
 use super::GenError;
 use slicesched_hw::GpuSku;
@@ -146,35 +146,49 @@ pub fn one_tenant(
     Scenario::from_spec(spec, label, base)
 }
 
-/// A home's rough serving costs (roofline with typical efficiencies).
+/// A home's serving costs, from the replay's own cost model: a prefill chunk's time at
+/// no prior context and at a long one (attention grows with the context), a decode
+/// step's at a short and a long context.
 pub struct Home {
-    /// FLOPs per prompt token (dense) and per squared prompt token (causal attention).
-    flops_per_token: f64,
-    flops_per_token2: f64,
-    /// Bytes per GPU: weights read by each decode step; KV per token of context.
+    /// Seconds per prompt token (dense work) and per squared prompt token (attention).
+    s_per_token: f64,
+    s_per_token2: f64,
+    /// A one-request decode step, and its extra seconds per token of context.
+    step_s: f64,
+    s_per_ctx_token: f64,
     weight_bytes: f64,
-    kv_bytes_per_token: f64,
-    flops: f64,
-    hbm: f64,
 }
 
-/// Fractions of peak reached in practice: prefill GEMMs, HBM streaming in decode.
-const FLOP_EFF: f64 = 0.6;
-const HBM_EFF: f64 = 0.8;
 /// Engine CPU time between iterations, s (the cost model's ~1.4 ms).
 const CPU_GAP_S: f64 = 0.0014;
+const CHUNK: u32 = 4096;
+const LONG: u32 = 65_536;
 
 impl Home {
     pub fn new(c: &Candidate, tp: u32, sku: &GpuSku) -> Self {
+        use slicesched_model::{DecodeItem, IterationBatch, PrefillItem};
         let m = ModelConfig::preset(c.preset).expect("candidates are presets (tested)");
-        let attn = (m.num_attention_heads * m.head_dim) as f64;
+        let cost = slicesched_cost::CostModel::default_a100();
+        let ctx = slicesched_cost::DeviceCtx::single_node(sku.clone());
+        let secs = |batch: IterationBatch| -> f64 {
+            let dag = m.iteration_dag(&batch, tp);
+            dag.ops().map(|o| cost.op_ns(&ctx, o.spec)).sum::<u64>() as f64 / 1e9
+        };
+        let chunk = |prior_kv| IterationBatch {
+            prefills: vec![PrefillItem { chunk: CHUNK, prior_kv, samples: false }],
+            decodes: vec![],
+        };
+        let decode = |kv_len| IterationBatch { prefills: vec![], decodes: vec![DecodeItem { kv_len }] };
+        let (c0, c_long) = (secs(chunk(0)), secs(chunk(LONG)));
+        let (d0, d_long) = (secs(decode(1024)), secs(decode(LONG + 1024)));
         Home {
-            flops_per_token: 2.0 * m.parameters() as f64,
-            flops_per_token2: 2.0 * m.num_hidden_layers as f64 * attn,
+            s_per_token: c0 / CHUNK as f64,
+            // A chunk at prior context k costs extra ∝ chunk · k; over a prompt of p
+            // tokens that sums to about p²/2.
+            s_per_token2: ((c_long - c0).max(0.0) / (CHUNK as f64 * LONG as f64)) / 2.0,
+            step_s: d0 + CPU_GAP_S,
+            s_per_ctx_token: (d_long - d0).max(0.0) / LONG as f64,
             weight_bytes: m.weight_bytes_per_gpu(tp) as f64,
-            kv_bytes_per_token: m.kv_bytes_per_token(tp) as f64,
-            flops: sku.peak_flops * FLOP_EFF * tp as f64,
-            hbm: sku.hbm_bw * HBM_EFF,
         }
     }
 
@@ -187,13 +201,12 @@ impl Home {
     /// reading the KV cache in decode), from the moments of prompt `p` and output `o`:
     /// E[p], E[p^2], E[o (p + o/2)].
     pub fn linear_s(&self, mean_p: f64, mean_p2: f64, mean_o_ctx: f64) -> f64 {
-        (self.flops_per_token * mean_p + self.flops_per_token2 * mean_p2) / self.flops
-            + self.kv_bytes_per_token * mean_o_ctx / self.hbm
+        self.s_per_token * mean_p + self.s_per_token2 * mean_p2 + self.s_per_ctx_token * mean_o_ctx
     }
 
-    /// One decode step of a small batch, s: the weights stream once per step.
+    /// One decode step of a small batch, s (the weights stream once per step).
     pub fn step_s(&self) -> f64 {
-        self.weight_bytes / self.hbm + CPU_GAP_S
+        self.step_s
     }
 }
 

@@ -2,8 +2,8 @@
 //! service) and synthetic long-prompt, bursty and steady ones, each at a rate drawn
 //! as a utilisation of its home.
 //!
-//! The rate comes from a drawn utilisation `u` of the home through the home's rough
-//! cost (`fit::Home`): `u(λ) = a·λ + 1 − exp(−m·λ)`, where `a` is the busy time a
+//! The rate comes from a drawn utilisation `u` of the home through its cost
+//! (`fit::Home`, priced by the replay's cost model): `u(λ) = a·λ + 1 − exp(−m·λ)`, where `a` is the busy time a
 //! request adds whatever the batch (prefill, reading its KV cache) and `m·λ` the mean
 //! number of requests decoding (a step streams the weights once for all of them, so
 //! decode keeps the GPU busy while at least one request decodes). Bursty tenants draw

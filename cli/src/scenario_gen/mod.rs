@@ -134,9 +134,8 @@ fn draw(seed: u64, gpus: u32, mut fitter: Fitter, traces: &FileTraces) -> Result
         while next < node_end {
             let free = node_end - next;
             match draw_tenant(&mut rng, &mut fitter, traces, free, tenants.len())? {
-                Some(t) => {
+                Some(mut t) => {
                     let tp = t.gpus.len() as u32;
-                    let mut t = t;
                     t.gpus = (next..next + tp).collect();
                     next += tp;
                     tenants.push(t);
