@@ -10,6 +10,8 @@ mod policies;
 mod profile;
 mod replay;
 mod run;
+mod scenario;
+mod scenario_gen;
 mod serve;
 mod sweep;
 
@@ -44,6 +46,11 @@ enum Command {
     Run(run::Args),
     /// Measure every op of a model on this machine (CPU backend) in Vidur's layout.
     Profile(profile::Args),
+    /// Scenario tools: draw a plausible mix from a seed.
+    Scenario {
+        #[command(subcommand)]
+        command: scenario::Command,
+    },
     /// Policy plugins: build, validate, measure.
     Plugin {
         #[command(subcommand)]
@@ -63,6 +70,7 @@ fn main() -> anyhow::Result<()> {
         Command::Plugin { command } => plugin::run(command),
         Command::Profile(a) => profile::run(a),
         Command::Run(a) => run::run(a),
+        Command::Scenario { command } => scenario::run(command),
     };
     // A reader that stops early (`| head`) is not an error worth a message.
     match result {

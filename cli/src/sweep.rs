@@ -4,6 +4,11 @@
 //! The searches of every (policy, target) advance in rounds: each round gathers the scales
 //! the searches want next, replays the new ones on `--jobs` threads, and feeds the results
 //! back to every search of that policy, so targets share points.
+//!
+//! `--family DIR` sweeps every scenario of a folder this way, one after another, and
+//! reports the distribution of each policy's goodput ratio over `dedicated` (`family.rs`).
+
+mod family;
 
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -19,15 +24,23 @@ use std::time::Instant;
 #[derive(clap::Args)]
 pub struct Args {
     /// Scenario TOML file.
+    #[arg(long, required_unless_present = "family", conflicts_with = "family")]
+    scenario: Option<PathBuf>,
+    /// A folder of scenario TOML files: sweep each and report the distribution of each
+    /// policy's goodput ratio over `dedicated` (family.json, family_goodput.svg).
     #[arg(long)]
-    scenario: PathBuf,
+    family: Option<PathBuf>,
+    /// Replay this many seconds of each scenario instead of its `duration_s`.
+    #[arg(long, value_parser = crate::args::positive)]
+    duration_s: Option<f64>,
     /// Comma-separated policies (default: every built-in).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
     /// Comma-separated fractions of requests allowed to violate their SLA.
     #[arg(long, value_delimiter = ',', default_value = "0.01,0.09", value_parser = crate::args::fraction)]
     violation_targets: Vec<f64>,
-    /// Output directory for sweep.json and violation_vs_rate.svg.
+    /// Output directory for sweep.json and violation_vs_rate.svg (with --family: those of
+    /// each scenario in a folder named after its file, and family.json, family_goodput.svg).
     #[arg(long)]
     out: PathBuf,
     /// Relative precision of each rate scale found.
@@ -48,7 +61,7 @@ pub struct Args {
 }
 
 /// Progress bars on a terminal; one line per replay when stderr is a log file.
-struct Log {
+pub(crate) struct Log {
     mp: MultiProgress,
     quiet: bool,
     terminal: bool,
@@ -101,6 +114,27 @@ impl PolicyPoints {
     }
 }
 
+/// What every scenario of a sweep is swept with.
+pub(crate) struct Sweeper {
+    policies: Vec<String>,
+    targets: Vec<f64>,
+    opts: SearchOpts,
+    jobs: usize,
+}
+
+/// Loads a scenario, replaying `duration_s` seconds of it when given.
+pub(crate) fn load(path: &std::path::Path, duration_s: Option<f64>) -> Result<Scenario> {
+    let ctx = || format!("loading scenario {}", path.display());
+    let Some(d) = duration_s else {
+        return Scenario::from_file(path).with_context(ctx);
+    };
+    let text = std::fs::read_to_string(path).with_context(ctx)?;
+    let mut spec: slicesched_sim::ScenarioSpec = toml::from_str(&text).with_context(ctx)?;
+    spec.duration_s = Some(d);
+    let base = path.parent().unwrap_or(std::path::Path::new("."));
+    Scenario::from_spec(spec, path, base).with_context(ctx)
+}
+
 pub fn run(a: Args) -> Result<()> {
     let started = Instant::now();
     let policies = crate::policies::resolve(&a.policies)?;
@@ -112,41 +146,14 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.min_scale > 0.0 && a.min_scale < a.max_scale, "need 0 < --min-scale < --max-scale");
     let opts = SearchOpts { precision: a.precision, min_scale: a.min_scale, max_scale: a.max_scale };
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let scenario =
-        Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
-
+    let sweeper = Sweeper { policies, targets: a.violation_targets.clone(), opts, jobs };
     let log = Log::new(a.quiet);
-    let total = log.mp.add(ProgressBar::new(0));
-    total.set_style(
-        ProgressStyle::with_template("[{elapsed_precise}] {pos}/{len} replays {msg}").expect("static template"),
-    );
-
-    let mut per_policy: Vec<PolicyPoints> = policies.iter().map(|_| PolicyPoints::default()).collect();
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; policies.len() * a.violation_targets.len()];
-    let mut round = 0;
-    loop {
-        let work = plan_round(&per_policy, &mut outcomes, &a.violation_targets, &opts, jobs);
-        if work.is_empty() {
-            break;
-        }
-        round += 1;
-        total.inc_length(work.len() as u64);
-        total.set_message(format!("· round {round}: {} in parallel", work.len()));
-        let done = measure(&scenario, &policies, &work, jobs, &log, &total)?;
-        for ((p, scale), m) in work.into_iter().zip(done) {
-            if m.oom_events > 0 {
-                log.warn(format!(
-                    "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",
-                    m.oom_events, policies[p]
-                ));
-            }
-            per_policy[p].points.insert(scale, m.violation_rate);
-            per_policy[p].measured.push((scale, m));
-        }
+    if let Some(dir) = &a.family {
+        return family::run(dir, a.duration_s, &a.out, &sweeper, &log, started);
     }
-    total.finish_and_clear();
-
-    let report = build_report(&scenario, &policies, &a.violation_targets, &opts, &per_policy, &outcomes, jobs, started);
+    let path = a.scenario.as_ref().expect("clap requires --scenario without --family");
+    let scenario = load(path, a.duration_s)?;
+    let report = sweep_scenario(&scenario, &sweeper, &log, None, started)?;
     let mut out = std::io::stdout().lock();
     write!(out, "{}", slicesched_report::sweep_table(&report))?;
     let replay_s = report.timing.replay_wall_s;
@@ -166,6 +173,49 @@ pub fn run(a: Args) -> Result<()> {
         eprintln!("WARNING: {ooms} OOM events across the sweep's replays (must be 0); see `points` in sweep.json");
     }
     Ok(())
+}
+
+/// Every policy's goodput search on one scenario. `label` prefixes the round message
+/// (a family sweep names the scenario there).
+pub(crate) fn sweep_scenario(
+    scenario: &Scenario,
+    sw: &Sweeper,
+    log: &Log,
+    label: Option<&str>,
+    started: Instant,
+) -> Result<SweepReport> {
+    let (policies, targets, opts, jobs) = (&sw.policies, &sw.targets, &sw.opts, sw.jobs);
+    let total = log.mp.add(ProgressBar::new(0));
+    total.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {pos}/{len} replays {msg}").expect("static template"),
+    );
+    let label = label.map_or(String::new(), |l| format!("{l} "));
+
+    let mut per_policy: Vec<PolicyPoints> = policies.iter().map(|_| PolicyPoints::default()).collect();
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; policies.len() * targets.len()];
+    let mut round = 0;
+    loop {
+        let work = plan_round(&per_policy, &mut outcomes, targets, opts, jobs);
+        if work.is_empty() {
+            break;
+        }
+        round += 1;
+        total.inc_length(work.len() as u64);
+        total.set_message(format!("· {label}round {round}: {} in parallel", work.len()));
+        let done = measure(scenario, policies, &work, jobs, log, &total)?;
+        for ((p, scale), m) in work.into_iter().zip(done) {
+            if m.oom_events > 0 {
+                log.warn(format!(
+                    "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",
+                    m.oom_events, policies[p]
+                ));
+            }
+            per_policy[p].points.insert(scale, m.violation_rate);
+            per_policy[p].measured.push((scale, m));
+        }
+    }
+    total.finish_and_clear();
+    Ok(build_report(scenario, policies, targets, opts, &per_policy, &outcomes, jobs, started))
 }
 
 /// The (policy index, scale) pairs to replay next, deduplicated; records finished searches.

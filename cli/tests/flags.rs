@@ -18,6 +18,9 @@ fn bad_numeric_flags_are_usage_errors_not_panics() {
         &["sweep", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--violation-targets", "0.01,1.5"],
         &["sweep", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--precision", "inf"],
         &["sweep", "--scenario", "scenarios/smoke.toml", "--out", "/tmp/x", "--jobs", "0"],
+        &["sweep", "--family", "scenarios/family", "--out", "/tmp/x", "--duration-s", "0"],
+        &["scenario", "generate", "--seed", "1", "--out", "/tmp/x.toml", "--gpus", "0"],
+        &["scenario", "generate", "--out", "/tmp/x.toml", "--seed", "-1"],
         &["bench", "--repeat", "0"],
         &["cost", "predict", "--model", "llama-2-7b", "--tp", "0"],
     ];

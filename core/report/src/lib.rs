@@ -1,10 +1,13 @@
-//! Replay reports: `summary.json`, `requests.csv`, SVG plots and terminal tables; sweep reports.
+//! Replay reports: `summary.json`, `requests.csv`, SVG plots and terminal tables; sweep
+//! and family-sweep reports.
 
+mod family;
 mod plots;
 pub mod search;
 mod sweep;
 mod table;
 
+pub use family::{family_table, ratio_spread, write_family, write_family_plot, FamilyEntry, FamilyReport, RatioSpread};
 pub use plots::{write_plots, PlotError};
 pub use sweep::{
     goodput_ratios, write_sweep, write_sweep_plot, SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming,

@@ -1,0 +1,113 @@
+//! `slicesched sweep --family DIR`: the goodput sweep of every scenario in a folder,
+//! and the distribution of each policy's goodput ratio over `dedicated`.
+//!
+//! Scenarios are swept one after another (each sweep already fills `--jobs` threads);
+//! each one's `sweep.json` and plot go to `OUT/<file stem>/`, the family's to `OUT/`.
+
+use super::{load, sweep_scenario, Log, Sweeper};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use slicesched_report::{FamilyEntry, FamilyReport, SweepTiming};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The scenario files of `dir` (`*.toml`), by file name.
+fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("--family {}: cannot read the folder", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("--family {}: no scenario (*.toml) in the folder", dir.display());
+    }
+    Ok(files)
+}
+
+pub(super) fn run(
+    dir: &Path,
+    duration_s: Option<f64>,
+    out_dir: &Path,
+    sw: &Sweeper,
+    log: &Log,
+    started: Instant,
+) -> Result<()> {
+    if !sw.policies.iter().any(|p| p == "dedicated") {
+        bail!("--family reports ratios over `dedicated`: include it in --policies");
+    }
+    let files = scenario_files(dir)?;
+    // Every scenario loads before the first replay: a typo in the tenth file should not
+    // cost the first nine sweeps.
+    let scenarios = files.iter().map(|f| load(f, duration_s)).collect::<Result<Vec<_>>>()?;
+    let bar = log.mp.add(ProgressBar::new(files.len() as u64));
+    bar.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} scenarios {msg}")
+            .expect("static template"),
+    );
+    let mut entries = Vec::with_capacity(files.len());
+    let mut timing = SweepTiming { jobs: sw.jobs, ..SweepTiming::default() };
+    let mut ooms = 0;
+    for (file, scenario) in files.iter().zip(&scenarios) {
+        let name = scenario.spec.name.clone();
+        bar.set_message(name.clone());
+        let report = sweep_scenario(scenario, sw, log, Some(&name), Instant::now())?;
+        let stem = file.file_stem().map_or_else(|| name.clone(), |s| s.to_string_lossy().into_owned());
+        slicesched_report::write_sweep(&out_dir.join(&stem), &report)
+            .with_context(|| format!("writing the sweep of {}", file.display()))?;
+        log.note(format!("{}: {}", file.display(), ratios_line(&report)));
+        timing.replay_wall_s += report.timing.replay_wall_s;
+        ooms += report.points.iter().map(|p| p.oom_events).sum::<u64>();
+        entries.push(FamilyEntry {
+            scenario: name,
+            file: file.display().to_string(),
+            results: report.results,
+            ratios: report.ratios,
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    timing.wall_s = started.elapsed().as_secs_f64();
+    let spread = slicesched_report::ratio_spread(&entries, &sw.policies, &sw.targets);
+    let report = FamilyReport {
+        family: dir.display().to_string(),
+        policies: sw.policies.clone(),
+        targets: sw.targets.clone(),
+        spread,
+        scenarios: entries,
+        timing,
+    };
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", slicesched_report::family_table(&report))?;
+    writeln!(
+        out,
+        "{} scenarios in {:.1} s wall ({:.1} s of replay on {} jobs)",
+        report.scenarios.len(),
+        report.timing.wall_s,
+        report.timing.replay_wall_s,
+        sw.jobs
+    )?;
+    let files = slicesched_report::write_family(out_dir, &report).context("writing the family report")?;
+    for f in files {
+        writeln!(out, "wrote {}", f.display())?;
+    }
+    if ooms > 0 {
+        eprintln!("WARNING: {ooms} OOM events across the family's replays (must be 0); see each sweep.json");
+    }
+    Ok(())
+}
+
+/// One scenario's ratios in a line, for the log.
+fn ratios_line(r: &slicesched_report::SweepReport) -> String {
+    r.ratios
+        .iter()
+        .filter(|q| q.policy != "dedicated")
+        .map(|q| match q.goodput_vs_dedicated {
+            Some(v) => format!("{} {v:.2}x @ {}%", q.policy, 100.0 * q.target),
+            None => format!("{} n/a @ {}%", q.policy, 100.0 * q.target),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
