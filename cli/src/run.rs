@@ -156,7 +156,9 @@ pub fn run(a: Args) -> Result<()> {
         Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
     let cost = cost_model(&scenario, a.cost_profile.as_deref())?;
     let mut pol = crate::policies::by_name(&a.policy)?;
-    let planned = slicesched_sim::plan(&scenario, pol.replicas()).context("planning replicas")?;
+    // Loads are priced by the model the run predicts with: on a profiled device a tiny
+    // model's load is heavy where the A100's figures would call it idle.
+    let planned = slicesched_sim::plan_with(&scenario, pol.replicas(), &cost).context("planning replicas")?;
     let specs: Vec<CpuDeviceSpec> =
         planned.cluster.gpus.iter().map(|g| CpuDeviceSpec { memory_bytes: g.sku.memory, cores: 1 }).collect();
     let backend = CpuBackend::new(&specs);

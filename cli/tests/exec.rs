@@ -122,14 +122,35 @@ fn run_drives_a_shipped_wasm_plugin_on_the_cpu_executor() {
     assert!(s["executor"]["ops"].as_u64().unwrap() > 1000, "{}", s["executor"]);
 }
 
-/// A serving-replica policy: `pooled` puts a whole copy of `code` (model and KV) on
-/// GPU 0 (routing requests to it by load); the executor loads that copy on its device.
+/// A serving-replica policy on the device's own cost model (fitted by `profile`): with
+/// `code` sent prompts of a few hundred tokens at 1.2/s, its tiny-4l keeps its CPU
+/// device ~70 % busy, so the planner gives `pooled` a whole copy of it (model and KV)
+/// on cpu:0, routing requests to it by load; the executor loads that copy.
 #[test]
 fn run_serves_requests_from_pooled_serving_replicas() {
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/tiny-2t.toml")).unwrap();
+    let light = r#"kind = "poisson", rate = 0.5, prompt = { dist = "lognormal", median = 128, p90 = 384, max = 1024 }"#;
+    assert!(shipped.contains(light), "tiny-2t's code trace changed: update this test");
+    let heavy = shipped.replace(
+        light,
+        r#"kind = "poisson", rate = 1.2, prompt = { dist = "lognormal", median = 512, p90 = 900, max = 1024 }"#,
+    );
+    let scn = tmp("pooled-scenario").with_extension("toml");
+    std::fs::write(&scn, heavy).unwrap();
+    let prof = tmp("pooled-profile");
+    let o = bin()
+        .args(["profile", "--device", "cpu:0", "--model", "tiny-4l", "--quick", "--reps", "2", "--quiet", "--out"])
+        .arg(&prof)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = tmp("run-pooled");
     let o = bin()
-        .args(["run", "--scenario", "scenarios/tiny-2t.toml", "--executor", "cpu", "--quiet", "--policy"])
-        .arg("native:pooled")
+        .args(["run", "--executor", "cpu", "--quiet", "--policy", "native:pooled", "--scenario"])
+        .arg(&scn)
+        .arg("--cost-profile")
+        .arg(&prof)
         .arg("--out")
         .arg(&out)
         .output()

@@ -1,18 +1,25 @@
 //! Prints a scenario's deployment plan for each replica mode: every tenant's load as the
 //! planner meters it, its KV reservation, and where its copies went.
 //!
-//! `cargo run --release -p slicesched-sim --example plan -- SCENARIO [RATE_SCALE]`
+//! `cargo run --release -p slicesched-sim --example plan -- SCENARIO [RATE_SCALE [PROFILE_DIR]]`
+//! (PROFILE_DIR: a `slicesched profile` folder whose fitted cost model prices the loads)
 
-use slicesched_sim::{plan, tenant_loads, ReplicaMode, Scenario};
+use slicesched_cost::CostModel;
+use slicesched_sim::{plan_with, tenant_loads_with, ReplicaMode, Scenario};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: plan SCENARIO [RATE_SCALE]")?;
     let scale: f64 = args.next().map_or(Ok(1.0), |s| s.parse())?;
     let scn = Scenario::from_file(std::path::Path::new(&path))?.with_rate_scale(scale);
+    let fitted = match args.next() {
+        Some(dir) => Some(CostModel::fit_dir(std::path::Path::new(&dir), &scn.cluster.gpus[0].sku)?),
+        None => None,
+    };
+    let cost = fitted.as_ref().unwrap_or(CostModel::default_a100());
     println!("{} at rate scale {scale}", scn.spec.name);
     println!("tenant              rho mean  rho peak  peak req/s  KV need (tokens)  home KV (tokens)");
-    for (t, l) in scn.tenants.iter().zip(tenant_loads(&scn)) {
+    for (t, l) in scn.tenants.iter().zip(tenant_loads_with(&scn, cost)) {
         println!(
             "{:<18} {:>9.2} {:>9.2} {:>11.2} {:>17} {:>17}",
             t.name,
@@ -24,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     for mode in [ReplicaMode::Serving, ReplicaMode::Both] {
-        let p = plan(&scn, mode)?;
+        let p = plan_with(&scn, mode, cost)?;
         println!("\n{mode:?}:");
         for (i, t) in p.tenants.iter().enumerate() {
             let copies: Vec<String> = p

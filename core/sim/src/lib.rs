@@ -34,7 +34,10 @@ pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,
 };
-pub use planner::{plan, tenant_loads, PlannerSpec, ReplicaMode, TenantLoad, OWNER_BUSY, RHO_FIT, RHO_OVERLOAD};
+pub use planner::{
+    plan, plan_with, tenant_loads, tenant_loads_with, PlannerSpec, ReplicaMode, TenantLoad, OWNER_BUSY, RHO_FIT,
+    RHO_OVERLOAD,
+};
 pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};
 pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};

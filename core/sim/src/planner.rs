@@ -76,9 +76,15 @@ pub struct TenantLoad {
     pub kv_tokens: u64,
 }
 
-/// Every tenant's load, metered over the scenario's requests (already rate-scaled).
+/// Every tenant's load, metered over the scenario's requests (already rate-scaled),
+/// priced by the default cost model.
 pub fn tenant_loads(scn: &Scenario) -> Vec<TenantLoad> {
-    let cost = CostModel::default_a100();
+    tenant_loads_with(scn, CostModel::default_a100())
+}
+
+/// [`tenant_loads`] priced by `cost`: the model the replay (or the executor) runs with,
+/// so that a load is heavy where its ops are slow.
+pub fn tenant_loads_with(scn: &Scenario, cost: &CostModel) -> Vec<TenantLoad> {
     scn.tenants
         .iter()
         .enumerate()
@@ -120,10 +126,16 @@ fn capacity_of(copy: &TenantHome, layers: u32, owner_busy: f64) -> f64 {
     (1.0 - owner_busy).max(0.0) * (copy.layers.1 - copy.layers.0) as f64 / layers.max(1) as f64
 }
 
-/// The scenario with replicas added for `mode` and KV caches re-sized around them.
+/// The scenario with replicas added for `mode` and KV caches re-sized around them,
+/// loads priced by the default cost model.
 pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError> {
+    plan_with(scn, mode, CostModel::default_a100())
+}
+
+/// [`plan`] with loads priced by `cost` (e.g. a model fitted on the user's own device).
+pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<Scenario, ScenarioError> {
     let mut out = scn.clone();
-    let loads = tenant_loads(scn);
+    let loads = tenant_loads_with(scn, cost);
     // A home keeps what its load holds at its peak, unless its tenant asked for a size.
     for (t, l) in out.tenants.iter_mut().zip(&loads) {
         t.keep_kv_tokens = t.kv_request.unwrap_or(l.kv_tokens);
