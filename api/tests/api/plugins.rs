@@ -140,21 +140,28 @@ fn hostile(feature: &str) -> Vec<u8> {
     std::fs::read(out).unwrap()
 }
 
+/// Uploads the hostile plugin built with `feature`, activates it and replays smoke under
+/// it to the end: (plugin id, the finished run).
+async fn activated_hostile_replay(app: &axum::Router, feature: &str) -> (String, serde_json::Value) {
+    let (s, p) = send(app, upload("application/wasm", hostile(feature))).await;
+    assert_eq!(s, StatusCode::CREATED, "{p}");
+    assert_eq!((p["name"].as_str(), p["state"].as_str()), (Some("hostile"), Some("inactive")));
+    let id = p["id"].as_str().unwrap().to_string();
+    let (s, v) = post(app, &format!("/api/v1/plugins/{id}/activate"), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, run) =
+        post(app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "hostile" })).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{run}");
+    let run = wait_run(app, run["id"].as_str().unwrap(), finished).await;
+    (id, run)
+}
+
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
 async fn a_plugin_the_host_quarantines_during_a_run_is_marked_quarantined(pool: PgPool) {
     let app = slicesched_api::app(state(pool.clone()).await);
     // It describes itself fine, so the upload is accepted; it panics on every batch.
-    let (s, p) = send(&app, upload("application/wasm", hostile("panic"))).await;
-    assert_eq!(s, StatusCode::CREATED, "{p}");
-    assert_eq!((p["name"].as_str(), p["state"].as_str()), (Some("hostile"), Some("inactive")));
-    let id = p["id"].as_str().unwrap().to_string();
-    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/activate"), ADMIN, json!({})).await;
-    assert_eq!(s, StatusCode::OK, "{v}");
-    let (s, run) =
-        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "hostile" })).await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{run}");
+    let (id, run) = activated_hostile_replay(&app, "panic").await;
     let run_id = run["id"].as_str().unwrap().to_string();
-    let run = wait_run(&app, &run_id, finished).await;
     // The run completes under the fallback, nothing lost...
     assert_eq!(run["status"], "succeeded", "{run}");
     assert_eq!(run["summary"]["completed"], run["summary"]["requests"]);
@@ -208,15 +215,7 @@ async fn a_component_declaring_a_nul_or_huge_version_is_refused_naming_the_field
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
 async fn a_refusal_of_24_mib_with_nuls_is_recorded_clean_and_bounded(pool: PgPool) {
     let app = slicesched_api::app(state(pool.clone()).await);
-    let (s, p) = send(&app, upload("application/wasm", hostile("nul-refusal"))).await;
-    assert_eq!(s, StatusCode::CREATED, "{p}");
-    let id = p["id"].as_str().unwrap().to_string();
-    let (s, v) = post(&app, &format!("/api/v1/plugins/{id}/activate"), ADMIN, json!({})).await;
-    assert_eq!(s, StatusCode::OK, "{v}");
-    let (s, run) =
-        post(&app, "/api/v1/runs", ADMIN, json!({ "kind": "replay", "scenario": "smoke", "policy": "hostile" })).await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{run}");
-    let run = wait_run(&app, run["id"].as_str().unwrap(), finished).await;
+    let (id, run) = activated_hostile_replay(&app, "nul-refusal").await;
     assert_eq!(run["status"], "succeeded", "the fallback finishes the run: {run}");
     assert_eq!(run["fallback"]["quarantined"], true, "{run}");
     let (_, p) = get(&app, &format!("/api/v1/plugins/{id}"), ADMIN).await;
