@@ -7,8 +7,8 @@
 use super::sample::{sample, SamplingParams, StopText};
 use rand_chacha::ChaCha8Rng;
 use slicesched_exec::model::{ByteTokenizer, ExecModel, HostWeights};
-use slicesched_exec::runner::{ExecBatch, LayerRange, OpPlace, Runner, SeqWork, Stepper};
-use slicesched_exec::{Backend, DeviceId, ExecError};
+use slicesched_exec::runner::{ExecBatch, OpPlace, Runner, SeqWork, Stepper};
+use slicesched_exec::{Backend, ExecError};
 use slicesched_gmg::GroupId;
 use slicesched_sim::{End, ExecOp, OpExecutor, Scenario};
 use std::cell::RefCell;
@@ -157,36 +157,11 @@ impl<'b> LiveExec<'b> {
             counts: ExecCounts::default(),
             last_error: None,
         };
-        // The simulator's instance order: homes in tenant order, then serving replicas.
-        let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
-        order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
-        let devs =
-            |g: GroupId| -> Vec<DeviceId> { scn.deployment.group(g).gpus.iter().map(|g| DeviceId(g.0)).collect() };
-        for h in order {
-            let ti = h.tenant.index();
-            let (model, w) = &models[ti];
-            let name = &scn.tenants[ti].name;
-            let blocks = h.kv_blocks as usize + scn.tenants[ti].engine.max_num_seqs as usize;
-            let t = d
-                .runner
-                .load_tenant(model.clone(), w, &devs(h.group), blocks)
-                .map_err(|e| ExecError::Placement(format!("tenant `{name}`: {e}")))?;
-            let mut map = HashMap::from([(h.group, 0)]);
-            let layers = model.layers() as u32;
-            for r in scn.deployment.replicas(h.tenant).filter(|r| !r.serves && r.group != h.group) {
-                let whole = r.layers == (0, layers);
-                let range =
-                    LayerRange { start: r.layers.0 as usize, end: r.layers.1 as usize, head: whole, tail: whole };
-                let g = d
-                    .runner
-                    .add_copy(t, w, &devs(r.group), range)
-                    .map_err(|e| ExecError::Placement(format!("tenant `{name}` copy: {e}")))?;
-                map.insert(r.group, g);
-            }
-            d.inst_tenant.push(t);
-            d.groups.push(map);
-            d.home.push(h.group);
-        }
+        let blocks = |h: &slicesched_gmg::TenantHome| {
+            h.kv_blocks as usize + scn.tenants[h.tenant.index()].engine.max_num_seqs as usize
+        };
+        let loaded = slicesched_exec::drive::load_instances(&mut d.runner, scn, models, blocks)?;
+        (d.inst_tenant, d.groups, d.home) = (loaded.inst_tenant, loaded.groups, loaded.home);
         Ok(d)
     }
 

@@ -8,7 +8,7 @@ use crate::model::{ExecModel, HostWeights};
 use crate::runner::{ExecBatch, LayerRange, OpPlace, Runner, SeqWork, Stepper};
 use crate::{Backend, DeviceId, ExecError};
 use serde::Serialize;
-use slicesched_gmg::GroupId;
+use slicesched_gmg::{GroupId, TenantHome};
 use slicesched_model::{OpKind, OpSpec};
 use slicesched_sim::{ExecOp, OpExecutor, Scenario};
 use std::collections::HashMap;
@@ -65,6 +65,55 @@ pub struct DeviceReport {
     pub kv_bytes: u64,
 }
 
+/// Where each simulator engine instance lives in a runner.
+pub struct Loaded {
+    /// Runner tenant of each engine instance.
+    pub inst_tenant: Vec<usize>,
+    /// Per instance: deployment group → its group in the runner.
+    pub groups: Vec<HashMap<GroupId, usize>>,
+    /// Per instance: its own deployment group.
+    pub home: Vec<GroupId>,
+}
+
+/// Loads every engine instance of the planned scenario onto `runner`, in the
+/// simulator's instance order (homes in tenant order, then serving replicas), each with
+/// the weight-only copies the planner placed: `models[t]` is tenant t's model and
+/// weights, `kv_blocks(home)` the KV blocks the instance's cache gets. What `run` and the
+/// live server both materialise.
+pub fn load_instances(
+    runner: &mut Runner<'_>,
+    scn: &Scenario,
+    models: &[(ExecModel, HostWeights)],
+    kv_blocks: impl Fn(&TenantHome) -> usize,
+) -> Result<Loaded, ExecError> {
+    let mut out = Loaded { inst_tenant: Vec::new(), groups: Vec::new(), home: Vec::new() };
+    let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
+    order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
+    let devs = |g: GroupId| -> Vec<DeviceId> { scn.deployment.group(g).gpus.iter().map(|g| DeviceId(g.0)).collect() };
+    for h in order {
+        let ti = h.tenant.index();
+        let (model, w) = &models[ti];
+        let name = &scn.tenants[ti].name;
+        let t = runner
+            .load_tenant(model.clone(), w, &devs(h.group), kv_blocks(h))
+            .map_err(|e| ExecError::Placement(format!("tenant `{name}`: {e}")))?;
+        let mut map = HashMap::from([(h.group, 0)]);
+        let layers = model.layers() as u32;
+        for r in scn.deployment.replicas(h.tenant).filter(|r| !r.serves && r.group != h.group) {
+            let whole = r.layers == (0, layers);
+            let range = LayerRange { start: r.layers.0 as usize, end: r.layers.1 as usize, head: whole, tail: whole };
+            let g = runner
+                .add_copy(t, w, &devs(r.group), range)
+                .map_err(|e| ExecError::Placement(format!("tenant `{name}` copy: {e}")))?;
+            map.insert(r.group, g);
+        }
+        out.inst_tenant.push(t);
+        out.groups.push(map);
+        out.home.push(h.group);
+    }
+    Ok(out)
+}
+
 /// The [`OpExecutor`] of `slicesched run`.
 pub struct Driver<'b> {
     runner: Runner<'b>,
@@ -112,15 +161,9 @@ impl<'b> Driver<'b> {
             overhead_ns: 0,
             errors: Vec::new(),
         };
-        // The simulator's instance order: homes in tenant order, then serving replicas.
-        let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
-        order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
-        let mut weights: HashMap<u32, (ExecModel, HostWeights)> = HashMap::new();
-        for h in order {
-            let ti = h.tenant.index();
-            let setup = &scn.tenants[ti];
-            let (model, w) = weights.entry(ti as u32).or_insert_with(|| {
-                let mut m = ExecModel::new(setup.model.clone());
+        let models: Vec<(ExecModel, HostWeights)> = (0..scn.tenants.len())
+            .map(|ti| {
+                let mut m = ExecModel::new(scn.tenants[ti].model.clone());
                 let longest = scn
                     .requests
                     .iter()
@@ -131,29 +174,10 @@ impl<'b> Driver<'b> {
                 m.numerics.max_positions = (longest + 16).next_multiple_of(256);
                 let w = HostWeights::random(&m, seed ^ ti as u64);
                 (m, w)
-            });
-            let devs =
-                |g: GroupId| -> Vec<DeviceId> { scn.deployment.group(g).gpus.iter().map(|g| DeviceId(g.0)).collect() };
-            let t = d
-                .runner
-                .load_tenant(model.clone(), w, &devs(h.group), h.kv_blocks as usize)
-                .map_err(|e| ExecError::Placement(format!("tenant `{}`: {e}", setup.name)))?;
-            let mut map = HashMap::from([(h.group, 0)]);
-            let layers = model.layers() as u32;
-            for r in scn.deployment.replicas(h.tenant).filter(|r| !r.serves && r.group != h.group) {
-                let whole = r.layers == (0, layers);
-                let range =
-                    LayerRange { start: r.layers.0 as usize, end: r.layers.1 as usize, head: whole, tail: whole };
-                let g = d
-                    .runner
-                    .add_copy(t, w, &devs(r.group), range)
-                    .map_err(|e| ExecError::Placement(format!("tenant `{}` copy: {e}", setup.name)))?;
-                map.insert(r.group, g);
-            }
-            d.inst_tenant.push(t);
-            d.groups.push(map);
-            d.home.push(h.group);
-        }
+            })
+            .collect();
+        let loaded = load_instances(&mut d.runner, scn, &models, |h| h.kv_blocks as usize)?;
+        (d.inst_tenant, d.groups, d.home) = (loaded.inst_tenant, loaded.groups, loaded.home);
         Ok(d)
     }
 
