@@ -6,29 +6,6 @@ use common::*;
 use proptest::prelude::*;
 use slicesched_sim::{plan, OpWindow, ReplayOptions, ReplayResult, Scenario};
 
-const MODELS: [&str; 4] = ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b"];
-
-fn random_scenario(seed: u64, tenants: &[(usize, u8, f64, u32, u32)], budget: u32) -> String {
-    let mut s = format!(
-        "name = \"fast\"\nseed = {seed}\nduration_s = 6\ndrain_s = 20\n[engine]\nmax_batched_tokens = {budget}\n\
-         [cluster]\n[[cluster.nodes]]\ngpu = \"H100-80GB\"\ngpus = 4\n"
-    );
-    for (i, &(m, shape, rate, prompt, output)) in tenants.iter().enumerate() {
-        // A GPU of its own, a TP pair, or GPU 0 shared with others (no fast path there).
-        let gpus = match shape % 3 {
-            0 => format!("[{}]", i % 4),
-            1 => format!("[{}, {}]", (2 * i) % 4, (2 * i + 1) % 4),
-            _ => "[0]".to_string(),
-        };
-        s += &format!(
-            "[[tenants]]\nname = \"t{i}\"\nmodel = \"{}\"\ngpus = {gpus}\nsla = {{ ttft_ms = 300, tpot_ms = 40 }}\n\
-             trace = {{ kind = \"gamma\", rate = {rate}, cv = 2.0, prompt = {{ dist = \"uniform\", min = 1, max = {prompt} }}, output = {{ dist = \"uniform\", min = 1, max = {output} }} }}\n",
-            MODELS[m]
-        );
-    }
-    s
-}
-
 fn replay(scn: &Scenario, policy: &str, opts: ReplayOptions) -> ReplayResult {
     let mut p = slicesched_policy::builtin(policy).expect("built-in");
     let scn = plan(scn, p.replicas()).expect("planner");
@@ -62,7 +39,7 @@ proptest! {
         busy in any::<bool>(),
         window in prop::option::of((0u64..6_000, 1u64..2_000)),
     ) {
-        let text = random_scenario(seed, &tenants, budget);
+        let text = random_scenario("fast", seed, (6, 20), "H100-80GB", budget, &tenants);
         let spec: slicesched_sim::ScenarioSpec = toml::from_str(&text).unwrap();
         let Ok(scn) = Scenario::from_spec(spec, std::path::Path::new("f.toml"), std::path::Path::new(".")) else {
             return Ok(());

@@ -5,28 +5,6 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 
-const MODELS: [&str; 4] = ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b"];
-
-fn random_scenario(seed: u64, tenants: &[(usize, u8, f64, u32, u32)], gpu: &str, budget: u32) -> String {
-    let mut s = format!(
-        "name = \"prop\"\nseed = {seed}\nduration_s = 8\ndrain_s = 30\n[engine]\nmax_batched_tokens = {budget}\n[cluster]\n[[cluster.nodes]]\ngpu = \"{gpu}\"\ngpus = 4\n"
-    );
-    for (i, &(m, shape, rate, prompt, output)) in tenants.iter().enumerate() {
-        // Tenants get one GPU or a TP pair; several may share GPUs (co-located).
-        let gpus = match shape % 3 {
-            0 => format!("[{}]", i % 4),
-            1 => format!("[{}, {}]", (2 * i) % 4, (2 * i + 1) % 4),
-            _ => "[0]".to_string(),
-        };
-        s += &format!(
-            "[[tenants]]\nname = \"t{i}\"\nmodel = \"{}\"\ngpus = {gpus}\nsla = {{ ttft_ms = 300, tpot_ms = 40 }}\n\
-             trace = {{ kind = \"gamma\", rate = {rate}, cv = 2.0, prompt = {{ dist = \"uniform\", min = 1, max = {prompt} }}, output = {{ dist = \"uniform\", min = 1, max = {output} }} }}\n",
-            MODELS[m]
-        );
-    }
-    s
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
@@ -37,7 +15,7 @@ proptest! {
         gpu in prop::sample::select(vec!["A100-80GB", "H100-80GB", "L40S"]),
         budget in prop::sample::select(vec![512u32, 2048, 8192]),
     ) {
-        let text = random_scenario(seed, &tenants, gpu, budget);
+        let text = random_scenario("prop", seed, (8, 30), gpu, budget, &tenants);
         let spec: slicesched_sim::ScenarioSpec = toml::from_str(&text).unwrap();
         // Co-locating several models may not fit; refusing is correct then.
         let Ok(scn) = slicesched_sim::Scenario::from_spec(spec, std::path::Path::new("p.toml"), std::path::Path::new(".")) else {

@@ -26,6 +26,39 @@ pub fn run(scn: &Scenario, opts: ReplayOptions) -> ReplayResult {
     replay(scn, policy.as_mut(), slicesched_cost::CostModel::default_a100(), opts, &mut |_| {})
 }
 
+/// The 7-8B presets the random scenarios draw from.
+pub const MODELS: [&str; 4] = ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b"];
+
+/// A random scenario on four `gpu`s lasting `(duration_s, drain_s)`: per tenant (model
+/// index, shape, rate, longest prompt, longest output). Shape: a GPU of its own, a TP
+/// pair, or GPU 0 shared with others (co-located).
+pub fn random_scenario(
+    name: &str,
+    seed: u64,
+    (duration_s, drain_s): (u32, u32),
+    gpu: &str,
+    budget: u32,
+    tenants: &[(usize, u8, f64, u32, u32)],
+) -> String {
+    let mut s = format!(
+        "name = \"{name}\"\nseed = {seed}\nduration_s = {duration_s}\ndrain_s = {drain_s}\n[engine]\n\
+         max_batched_tokens = {budget}\n[cluster]\n[[cluster.nodes]]\ngpu = \"{gpu}\"\ngpus = 4\n"
+    );
+    for (i, &(m, shape, rate, prompt, output)) in tenants.iter().enumerate() {
+        let gpus = match shape % 3 {
+            0 => format!("[{}]", i % 4),
+            1 => format!("[{}, {}]", (2 * i) % 4, (2 * i + 1) % 4),
+            _ => "[0]".to_string(),
+        };
+        s += &format!(
+            "[[tenants]]\nname = \"t{i}\"\nmodel = \"{}\"\ngpus = {gpus}\nsla = {{ ttft_ms = 300, tpot_ms = 40 }}\n\
+             trace = {{ kind = \"gamma\", rate = {rate}, cv = 2.0, prompt = {{ dist = \"uniform\", min = 1, max = {prompt} }}, output = {{ dist = \"uniform\", min = 1, max = {output} }} }}\n",
+            MODELS[m]
+        );
+    }
+    s
+}
+
 pub fn checked() -> ReplayOptions {
     ReplayOptions { check_dependencies: true, ..Default::default() }
 }
