@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use slicesched_cost::CostModel;
 use slicesched_exec::drive::{Driver, ExecRecord};
-use slicesched_exec::{CpuBackend, CpuDeviceSpec};
+use slicesched_exec::{bench, CpuBackend, CpuDeviceSpec};
 use slicesched_sim::{ReplayOptions, ReplayResult, RequestRecord, Scenario};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -62,14 +62,6 @@ fn cost_model(scn: &Scenario, profile: Option<&Path>) -> Result<CostModel> {
     }
 }
 
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * q).round() as usize]
-}
-
 fn ttft_tpot(r: &RequestRecord) -> (Option<f64>, Option<f64>) {
     let ttft = r.first_token_ns.map(|f| (f - r.arrival_ns) as f64);
     let tpot = match (r.first_token_ns, r.finish_ns) {
@@ -83,7 +75,7 @@ fn ttft_tpot(r: &RequestRecord) -> (Option<f64>, Option<f64>) {
 fn errors(pairs: impl Iterator<Item = (f64, f64)>) -> serde_json::Value {
     let mut e: Vec<f64> = pairs.filter(|(_, a)| *a > 0.0).map(|(p, a)| (p - a).abs() / a).collect();
     let n = e.len();
-    serde_json::json!({"n": n, "median": quantile(&mut e, 0.5), "p90": quantile(&mut e, 0.9)})
+    serde_json::json!({"n": n, "median": bench::quantile(&mut e, 0.5), "p90": bench::quantile(&mut e, 0.9)})
 }
 
 fn fidelity(ran: &ReplayResult, sim: &ReplayResult, ops: &[ExecRecord]) -> serde_json::Value {

@@ -134,7 +134,9 @@ impl Timer {
     }
 }
 
-fn quantile(v: &mut [f64], q: f64) -> f64 {
+/// Nearest-rank quantile (NaN of nothing); sorts `v`. What the executor's figures
+/// (benchmarks, `run`'s fidelity) report.
+pub fn quantile(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(((v.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
 }
