@@ -32,6 +32,8 @@ pub struct Resolved {
     pub tenant_names: Vec<String>,
     pub gpus: usize,
     pub estimate: Estimate,
+    /// The files the scenario names, hashed when the run was accepted.
+    pub inputs: Vec<crate::jobs::params::InputFile>,
 }
 
 /// Shipped scenario names, sorted.
@@ -148,6 +150,7 @@ pub fn resolve(cfg: &Config, scenario: &str, searches: u64) -> Result<Resolved, 
     }
     let cluster = cluster_spec(cfg, &spec).map_err(bad)?;
     check_files(cfg, &spec).map_err(bad)?;
+    let inputs = input_files(cfg, &spec).map_err(bad)?;
     let rows = |t: &TraceSpec| trace_rows(cfg, t);
     let estimate = limits::estimate(&spec, &cluster, &rows, searches, cfg.record_max_ops, &cfg.limits)?;
     // Everything but the requests: the same checks the job's build makes, on empty traces.
@@ -165,6 +168,7 @@ pub fn resolve(cfg: &Config, scenario: &str, searches: u64) -> Result<Resolved, 
         tenant_names: s.tenants.iter().map(|t| t.name.clone()).collect(),
         gpus: s.cluster.len(),
         estimate,
+        inputs,
     })
 }
 
@@ -227,6 +231,36 @@ fn check_files(cfg: &Config, spec: &ScenarioSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// The cluster, model and trace files a scenario names, each with its SHA-256: the
+/// scenario text's hash alone would not tell that a trace it names was edited since.
+fn input_files(cfg: &Config, spec: &ScenarioSpec) -> Result<Vec<crate::jobs::params::InputFile>, String> {
+    use crate::jobs::params::InputFile;
+    use sha2::Digest;
+    let mut named: Vec<(String, String)> = Vec::new();
+    if let Ok(toml::Value::String(rel)) = toml::Value::try_from(&spec.cluster) {
+        named.push(("cluster".into(), rel));
+    }
+    for (i, t) in spec.tenants.iter().enumerate() {
+        if t.model.contains('/') || [".json", ".yml", ".yaml"].iter().any(|x| t.model.ends_with(x)) {
+            named.push((format!("tenants[{i}].model"), t.model.clone()));
+        }
+        if let Some(p) = &t.trace.path {
+            named.push((format!("tenants[{i}].trace.path"), p.clone()));
+        }
+    }
+    let mut out: Vec<InputFile> = Vec::with_capacity(named.len());
+    for (what, rel) in named {
+        if out.iter().any(|f| f.path == rel) {
+            continue; // one file named by several tenants is hashed once
+        }
+        let path = data_file(cfg, &what, &rel)?;
+        let bytes = std::fs::read(&path).map_err(|e| file_error(cfg, &what, &rel, &e.to_string()))?;
+        let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+        out.push(InputFile { role: what, path: rel, sha256, bytes: bytes.len() as u64 });
+    }
+    Ok(out)
+}
+
 /// Rows of a file trace and the length of one loop of it, for the budget.
 fn trace_rows(cfg: &Config, t: &TraceSpec) -> Result<(u64, u64), ApiError> {
     let bad = |m: String| ApiError::invalid("scenario", m);
@@ -247,6 +281,22 @@ fn trace_rows(cfg: &Config, t: &TraceSpec) -> Result<(u64, u64), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scenario_names_its_files_with_their_hashes() {
+        use sha2::Digest;
+        let cfg = Config { scenarios_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios"), ..Config::default() };
+        let r = resolve(&cfg, "azure-code-4t", 0).unwrap();
+        // Four tenants name one trace: it is listed once, under the first.
+        assert_eq!(r.inputs.len(), 1, "{:?}", r.inputs);
+        let f = &r.inputs[0];
+        assert_eq!((f.role.as_str(), f.path.as_str()), ("tenants[0].trace.path", "../data/traces/azure2023_code.csv"));
+        let bytes = std::fs::read(cfg.scenarios_dir.join(&f.path)).unwrap();
+        assert_eq!(f.sha256, hex::encode(sha2::Sha256::digest(&bytes)));
+        assert_eq!(f.bytes, bytes.len() as u64);
+        // A scenario naming no file lists none.
+        assert!(resolve(&cfg, "smoke", 0).unwrap().inputs.is_empty());
+    }
 
     #[test]
     fn nesting_is_counted_outside_strings() {

@@ -39,7 +39,10 @@ export interface RunParams {
   scenario: string; scenario_sha256: string; seed: number; rate_scale: number | null;
   violation_targets: number[] | null; policies: ResolvedPolicy[]; core: Record<string, string | number | boolean>;
   tenants: AppliedSla[];
+  /** The files the scenario names, hashed when the run was accepted (absent on older runs). */
+  inputs?: InputFile[];
 }
+export interface InputFile { role: string; path: string; sha256: string; bytes: number }
 export interface Fallback { policy: string; plugin: string; version: string; decisions: number; calls: number;
   failures: number; quarantined: boolean; cause: string | null }
 

@@ -16,15 +16,15 @@ export function badge(status: RunStatus | string): HTMLElement {
   return h('span', { class: `badge badge-${status}`, 'data-status': status }, status);
 }
 
-/** The replay job reports the simulation as 0–95 %; the rest is storing its results in
- *  one transaction, which reports nothing: that phase is said and animated instead of
- *  looking stuck at 95 %. */
+/** The replay job reports the simulation as 0–95 % and storing its results as 95–99 %
+ *  (by statement of the store's transaction, so between two the bar can rest a while):
+ *  that phase is said and animated as well as counted. */
 export const STORING_FROM = 0.95;
 
 export function progressBar(p: number, status: string, kind = 'replay'): HTMLElement {
   const pc = Math.round(Math.max(0, Math.min(1, p || 0)) * 100);
   const storing = status === 'running' && kind === 'replay' && p >= STORING_FROM;
-  const text = storing ? 'storing results…' : `${pc} %`;
+  const text = storing ? `storing results… ${pc} %` : `${pc} %`;
   return h('div', { class: `progress progress-${status}${storing ? ' progress-storing' : ''}`, role: 'progressbar', 'aria-valuenow': pc,
     'aria-valuemin': 0, 'aria-valuemax': 100, 'aria-valuetext': storing ? `${pc} %, storing results` : `${pc} %`, title: text,
     'data-phase': storing ? 'storing' : status },

@@ -16,6 +16,24 @@ pub async fn store_replay(
     r: &ReplayResult,
     tenant_names: &[String],
 ) -> Result<(), sqlx::Error> {
+    store_replay_reporting(tx, run, r, tenant_names, &|_| {}).await
+}
+
+/// [`store_replay`] telling `progress` the share written so far (0–1, by statement: the
+/// request chunks, then series, decisions and ops), so a long store is seen moving.
+pub async fn store_replay_reporting(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    r: &ReplayResult,
+    tenant_names: &[String],
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<(), sqlx::Error> {
+    let steps = r.records.len().div_ceil(CHUNK) + 3;
+    let mut done = 0usize;
+    let mut step = || {
+        done += 1;
+        progress(done as f64 / steps as f64);
+    };
     for chunk in r.records.chunks(CHUNK) {
         let name = |t: u32| tenant_names.get(t as usize).cloned().unwrap_or_else(|| format!("tenant-{t}"));
         let ns = |v: u64| v.min(i64::MAX as u64) as i64;
@@ -44,10 +62,15 @@ pub async fn store_replay(
         .bind(chunk.iter().map(|x| x.tpot_target_ns as f64 / 1e6).collect::<Vec<_>>())
         .execute(&mut **tx)
         .await?;
+        step();
     }
     store_series(tx, run, &r.series).await?;
+    step();
     store_decisions(tx, run, &r.decisions).await?;
-    store_ops(tx, run, &r.ops).await
+    step();
+    store_ops(tx, run, &r.ops).await?;
+    step();
+    Ok(())
 }
 
 async fn store_decisions(

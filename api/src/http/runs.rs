@@ -243,6 +243,7 @@ async fn run_params(
         policies: out,
         core: params::core_options(st.config.record_max_ops),
         tenants: Vec::new(),
+        inputs: resolved.inputs.clone(),
     })
 }
 

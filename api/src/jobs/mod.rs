@@ -9,6 +9,7 @@
 //! estimated memory of the service's budget while it executes; a watchdog
 //! (`watchdog`) ends runs left without a live job.
 
+mod fault;
 pub mod params;
 mod replay;
 pub mod retry;
@@ -302,6 +303,7 @@ async fn execute(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -> Resul
         return end(inner, &spec, Outcome::Failed(why)).await;
     };
     let _memory = inner.memory.clone().acquire_many_owned(memory).await.expect("the semaphore is never closed");
+    fault::pause("start").await;
     if !retry::until_back("starting the run", || db::runs::start(db, id)).await? {
         return Ok(()); // cancelled while queued
     }

@@ -91,6 +91,22 @@ pub struct RunParams {
     /// Registered tenants whose SLA the run applied (filled when it starts).
     #[serde(default)]
     pub tenants: Vec<AppliedSla>,
+    /// The files the scenario names (cluster, models, traces) with their SHA-256 when
+    /// the run was accepted (empty for runs stored before this was recorded).
+    #[serde(default)]
+    pub inputs: Vec<InputFile>,
+}
+
+/// A file a run's scenario names, as it was when the run was accepted.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct InputFile {
+    /// Which key named it: `cluster`, `tenants[i].model`, `tenants[i].trace.path`
+    /// (the first, when several name one file).
+    pub role: String,
+    /// As the scenario names it (relative to the scenarios folder).
+    pub path: String,
+    pub sha256: String,
+    pub bytes: u64,
 }
 
 /// Who decided when the policy could not: set on a run whose plugin failed.

@@ -52,6 +52,7 @@ pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) ->
         policies,
         core: params::core_options(inner.config.record_max_ops),
         tenants: Vec::new(),
+        inputs: Vec::new(),
     })
 }
 
@@ -146,10 +147,11 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     };
     // Through an outage the results wait in memory and the store is tried again (the
     // transaction is whole or nothing); a cancel meanwhile stops the waiting.
+    super::fault::pause("store").await;
     let stored = super::retry::with_backoff(
         "storing the results",
         || ctx.cancelled(),
-        || store(inner, spec, &r, &names, &summary, fallback.as_ref()),
+        || store(inner, spec, &r, &names, &summary, fallback.as_ref(), &ctx),
     );
     match stored.await {
         Ok(windows) => {
@@ -171,10 +173,17 @@ async fn store(
     names: &[String],
     summary: &serde_json::Value,
     fallback: Option<&params::Fallback>,
+    ctx: &Ctx,
 ) -> Result<Vec<uuid::Uuid>, sqlx::Error> {
     let id = spec.id;
     let mut tx = inner.db.begin().await?;
-    crate::db::results::store_replay(&mut tx, id, r, names).await?;
+    // The simulation reported 0–95 %; the store moves the bar on to 99 % (the commit,
+    // which marks the run succeeded, is the rest). Progress goes through its own
+    // connection: the transaction does not lock the run's row until its last statement.
+    let progress = |f: f64| {
+        let _ = ctx.progress.send(0.95 + 0.04 * f);
+    };
+    crate::db::results::store_replay_reporting(&mut tx, id, r, names, &progress).await?;
     crate::db::latency::store(&mut tx, id, None).await?;
     if let Some(b) = &r.busy {
         crate::db::busy::store(&mut tx, id, b).await?;

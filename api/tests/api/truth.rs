@@ -206,6 +206,7 @@ async fn a_run_says_how_it_ran(pool: PgPool) {
     let toml = std::fs::read(repo().join("scenarios/smoke.toml")).unwrap();
     let sha: String = slicesched_api::auth::sha256_bytes(&toml).iter().map(|x| format!("{x:02x}")).collect();
     assert_eq!(p["scenario_sha256"], sha);
+    assert_eq!(p["inputs"], json!([]), "smoke names no file (its traces are synthetic)");
     let pol = &p["policies"][0];
     assert_eq!((pol["name"].as_str(), pol["kind"].as_str()), (Some("dedicated"), Some("native")));
     let (_, plugins) = get(&app, "/api/v1/plugins", ADMIN).await;

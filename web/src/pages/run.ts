@@ -72,6 +72,8 @@ export function paramsPanel(run: Run): HTMLElement {
   const row = (k: string, v: string | HTMLElement) => [k, v];
   const rows: (string | HTMLElement)[][] = [
     row('Scenario', p.scenario), row('Scenario SHA-256', h('code', null, p.scenario_sha256)), row('Seed', String(p.seed)),
+    ...(p.inputs ?? []).map((f) => row(`File ${f.path}`, h('span', null, `${f.role} · ${num(f.bytes)} bytes · SHA-256 `,
+      h('code', { title: f.sha256 }, f.sha256.slice(0, 16))))),
     ...(run.kind === 'replay' ? [row('Rate scale', `${p.rate_scale ?? 1}×`)] : []),
     ...(p.violation_targets ? [row('Violation targets', p.violation_targets.map((t) => pct(t)).join(', '))] : []),
     ...p.policies.map((x) => row(`Policy ${x.name}`, h('span', null, `${x.name} ${x.version} · ${x.kind} · interface ${x.interface_version} · `, h('code', { title: x.sha256 }, x.sha256.slice(0, 16))))),
