@@ -303,9 +303,7 @@ pub fn replay_same_load(
 ) -> Result<(Vec<RequestRecord>, String)> {
     let cost = crate::run::cost_model(scn, cost_profile)?;
     let cost_name = match cost_profile {
-        None => "the A100 cost model (built-in profiles): a tiny model's ops priced as on an A100, not on this \
-                 server's CPU devices; --cost-profile DIR (from slicesched profile) prices them as here"
-            .to_string(),
+        None => "A100 (built-in profiles)".to_string(),
         Some(d) => format!("fitted on {}", d.display()),
     };
     let mut pol = crate::policies::by_name(policy).with_context(|| {
@@ -346,13 +344,14 @@ fn table(s: &Value) -> String {
         "tenant", "model", "reqs", "done", "drop", "viol%", "TTFTp90", "TPOTp90"
     );
     for t in s["tenants"].as_array().into_iter().flatten() {
+        let u = |k: &str| t[k].as_u64().unwrap_or(0);
         o += &format!(
             "{:<12} {:<10} {:>5} {:>5} {:>5} {:>7.1} {:>9.1} {:>9.2}\n",
             t["name"].as_str().unwrap_or(""),
             t["model"].as_str().unwrap_or(""),
-            t["requests"],
-            t["completed"],
-            t["dropped"],
+            u("requests"),
+            u("completed"),
+            u("dropped"),
             100.0 * f(&t["violation_rate"]),
             f(&t["ttft_p90_ms"]),
             f(&t["tpot_p90_ms"]),

@@ -197,6 +197,10 @@ pub fn compare(
     json!({
         "policy": policy,
         "cost_model": cost,
+        "cost_model_note": "the replay prices every op with this cost model: the A100 one prices a tiny model's \
+            ops as on an A100 (microseconds), not as on the server's CPU devices (milliseconds), so its latencies \
+            are those of the same load on A100s; a profile of the server's machine (slicesched profile, then \
+            --cost-profile DIR) prices them as there",
         "window_s": window_s,
         "goodput": "requests completed within both SLA targets per second of the arrival window",
         "measured": side(measured),
@@ -207,7 +211,7 @@ pub fn compare(
 /// The comparison as a terminal table.
 pub fn compare_table(c: &Value, names: &[String]) -> String {
     let mut o = format!(
-        "predicted (replay, {}, {}) vs measured (live):\n{:<12} {:>19} {:>19} {:>19} {:>19} {:>17} {:>15}\n",
+        "predicted (replay under {}, {} cost model) / measured (live):\n{:<12} {:>19} {:>19} {:>19} {:>19} {:>17} {:>15}\n",
         c["policy"].as_str().unwrap_or(""),
         c["cost_model"].as_str().unwrap_or(""),
         "tenant",
