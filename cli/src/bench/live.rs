@@ -28,7 +28,7 @@ pub struct Args {
     /// Prompt tokens and decode steps of the per-token comparison.
     #[arg(long, default_value_t = 128, value_parser = crate::args::at_least_one::<u32>)]
     prompt: u32,
-    #[arg(long, default_value_t = 32, value_parser = crate::args::at_least_one::<u32>)]
+    #[arg(long, default_value_t = 128, value_parser = crate::args::at_least_one::<u32>)]
     steps: u32,
     /// Seconds of each closed-loop requests/s measurement.
     #[arg(long, default_value_t = 10.0, value_parser = crate::args::positive)]
@@ -84,8 +84,7 @@ fn cluster_config(scn: &Scenario, names: &[String]) -> Value {
     })
 }
 
-/// `n` streams of one tenant at once; (decode tokens/s of the batch: `n` over the
-/// streams' median time per token, outcomes).
+/// `n` streams of one tenant at once; (decode tokens/s of the batch, outcomes).
 fn streams(b: &Bench, route: &Route, n: u32, prompt: u32, steps: u32, salt: u64) -> Result<(f64, Vec<Outcome>)> {
     let outs: Vec<Outcome> = b.rt.block_on(async {
         let t0 = tokio::time::Instant::now();
@@ -105,15 +104,15 @@ fn streams(b: &Bench, route: &Route, n: u32, prompt: u32, steps: u32, salt: u64)
     if let Some(o) = outs.iter().find(|o| !o.finished) {
         bail!("a benchmark stream failed: {:?} {:?}", o.failure, o.message);
     }
-    // Each stream's own time per token after its first: what its client waits, and
-    // what the executor's step time is (staggered prefills do not count as decode time).
-    let mut tpot: Vec<f64> = outs
-        .iter()
-        .filter(|o| o.tokens.len() > 1)
-        .map(|o| (o.tokens[o.tokens.len() - 1] - o.tokens[0]).as_secs_f64() / (o.tokens.len() - 1) as f64)
-        .collect();
-    let median = slicesched_exec::bench::quantile(&mut tpot, 0.5);
-    Ok((n as f64 / median.max(1e-12), outs))
+    // Decode tokens/s while every stream decodes: from the last first token to the first
+    // last token (the streams' prefills, staggered by their arrival, are not decode time).
+    let from = outs.iter().filter_map(|o| o.tokens.first()).max().copied().unwrap_or_default();
+    let to = outs.iter().filter_map(|o| o.tokens.last()).min().copied().unwrap_or_default();
+    let inside: usize = outs.iter().map(|o| o.tokens.iter().filter(|&&t| t > from && t <= to).count()).sum();
+    if to <= from || inside == 0 {
+        bail!("the {n} streams never decoded at the same time (raise --steps)");
+    }
+    Ok((inside as f64 / (to - from).as_secs_f64(), outs))
 }
 
 /// Closed loop: `clients` per tenant send short requests back to back for `secs`.
