@@ -1,8 +1,9 @@
 //! `slicesched bench`: simulator throughput and whole-replay wall time, op by op and on
 //! the fast path side by side; `slicesched bench exec`: the executor's kernels,
-//! overheads and tokens/s.
+//! overheads and tokens/s; `slicesched bench live`: what serving live adds.
 
 mod exec;
+mod live;
 
 use anyhow::{bail, Context, Result};
 use slicesched_sim::{ReplayOptions, Scenario, Summary};
@@ -57,11 +58,16 @@ enum What {
     /// The executor (CPU backend): GEMM GFLOP/s against `matrixmultiply` bare and the
     /// measured peak, overhead per op, tokens/s of tiny models.
     Exec(exec::Args),
+    /// Live serving against a running `slicesched serve`: per-token cost of the live path
+    /// over the executor alone, requests/s sustained, `load` measured against predicted.
+    Live(live::Args),
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if let Some(What::Exec(e)) = a.what {
-        return exec::run(e);
+    match a.what {
+        Some(What::Exec(e)) => return exec::run(e),
+        Some(What::Live(l)) => return live::run(l),
+        None => {}
     }
     println!(
         "{:<16} {:>10} {:>7} {:>12} {:>11} {:>8} {:>9} {:>11} {:>12} {:>13} {:>12} {:>11} {:>8}",

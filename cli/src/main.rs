@@ -4,6 +4,7 @@ mod args;
 mod bench;
 mod compare;
 mod cost;
+mod load;
 mod plugin;
 mod plugin_bench;
 mod policies;
@@ -44,6 +45,8 @@ enum Command {
     Serve(serve::Args),
     /// Run a scenario like replay, every op executed for real on the executor (CPU backend).
     Run(run::Args),
+    /// Replay a scenario's arrivals against a live server (`serve`'s /v1) in wall clock.
+    Load(load::Args),
     /// Measure every op of a model on this machine (CPU backend) in Vidur's layout.
     Profile(profile::Args),
     /// Scenario tools: draw a plausible mix from a seed.
@@ -70,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         Command::Plugin { command } => plugin::run(command),
         Command::Profile(a) => profile::run(a),
         Command::Run(a) => run::run(a),
+        Command::Load(a) => load::run(a),
         Command::Scenario { command } => scenario::run(command),
     };
     // A reader that stops early (`| head`) is not an error worth a message.

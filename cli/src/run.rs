@@ -54,7 +54,7 @@ it starts it (OpExecutor::run_op), so overlapping real execution needs an asynch
 OpDone at the real completion); and on a host with fewer free cores than devices, concurrent streams would \
 measure contention for the host's cores, not the devices being modelled.";
 
-fn cost_model(scn: &Scenario, profile: Option<&Path>) -> Result<CostModel> {
+pub(crate) fn cost_model(scn: &Scenario, profile: Option<&Path>) -> Result<CostModel> {
     match profile {
         None => Ok(CostModel::default_a100().clone()),
         Some(dir) => CostModel::fit_dir(dir, &scn.cluster.gpus[0].sku)

@@ -22,6 +22,7 @@ fn bad_numeric_flags_are_usage_errors_not_panics() {
         &["scenario", "generate", "--seed", "1", "--out", "/tmp/x.toml", "--gpus", "0"],
         &["scenario", "generate", "--out", "/tmp/x.toml", "--seed", "-1"],
         &["bench", "--repeat", "0"],
+        &["bench", "live", "--steps", "0"],
         &["cost", "predict", "--model", "llama-2-7b", "--tp", "0"],
     ];
     for args in cases {
@@ -34,5 +35,21 @@ fn bad_numeric_flags_are_usage_errors_not_panics() {
             None => args.iter().rev().nth(1).unwrap(),
         };
         assert!(err.contains(flag) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bad_load_flags_are_usage_errors_naming_the_flag() {
+    let base = ["load", "--url", "http://127.0.0.1:9", "--scenario", "scenarios/tiny-live-2t.toml", "--out", "/tmp/x"];
+    for (extra, flag) in [
+        (&["--keys", "chat=k", "--rate-scale", "0"][..], "--rate-scale"),
+        (&["--keys", "chat=k", "--duration-s=0"][..], "--duration-s"),
+        (&["--keys", "chat"][..], "--keys"),
+        (&["--keys", "chat=a,chat=b"][..], "--keys"),
+    ] {
+        let o = bin().args(base).args(extra).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag) && !err.contains("panicked"), "{extra:?}: {err}");
     }
 }

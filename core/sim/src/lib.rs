@@ -41,3 +41,4 @@ pub use planner::{
 pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};
 pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};
+pub use summary::{dropped_by_reason, RequestStats};

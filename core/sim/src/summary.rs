@@ -4,47 +4,94 @@ use crate::metrics::{quantile_ms, GpuStats, RequestRecord, Scheduling, Summary, 
 use crate::replay::Sim;
 use slicesched_hw::GpuId;
 
+/// The request figures of a summary (whole run or one tenant), from the records alone:
+/// what a replay computes and what a load generator measuring a live server reports, by
+/// one definition.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RequestStats {
+    pub requests: u64,
+    pub completed: u64,
+    pub dropped: u64,
+    /// Completed within both SLA targets.
+    pub within_sla: u64,
+    /// Dropped requests count as violations.
+    pub violation_rate: f64,
+    pub prompt_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    /// p50, p90, p99 (nearest rank), ms.
+    pub ttft_ms: [f64; 3],
+    pub tpot_ms: [f64; 3],
+}
+
+impl RequestStats {
+    /// Token rates are over `dur_s` seconds.
+    pub fn of<'a>(recs: impl Iterator<Item = &'a RequestRecord>, dur_s: f64) -> Self {
+        let (mut n, mut done, mut dropped, mut viol, mut pt, mut ot) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut ttft, mut tpot) = (Vec::new(), Vec::new());
+        for r in recs {
+            n += 1;
+            viol += r.violates() as u64;
+            if r.finish_ns.is_some() {
+                done += 1;
+                pt += r.prompt_tokens as u64;
+                ot += r.output_tokens as u64;
+                ttft.push(r.ttft_ns().unwrap_or(0));
+                if r.output_tokens > 1 {
+                    tpot.push(r.tpot_ns().unwrap_or(0));
+                }
+            } else {
+                dropped += 1;
+            }
+        }
+        let q = |v: &mut Vec<u64>, p| quantile_ms(v, p);
+        Self {
+            requests: n,
+            completed: done,
+            dropped,
+            within_sla: n - viol,
+            violation_rate: if n > 0 { viol as f64 / n as f64 } else { 0.0 },
+            prompt_tokens_per_s: pt as f64 / dur_s,
+            output_tokens_per_s: ot as f64 / dur_s,
+            ttft_ms: [q(&mut ttft, 0.5), q(&mut ttft, 0.9), q(&mut ttft, 0.99)],
+            tpot_ms: [q(&mut tpot, 0.5), q(&mut tpot, 0.9), q(&mut tpot, 0.99)],
+        }
+    }
+}
+
+/// Unfinished requests counted by why they were dropped, in first-seen order.
+pub fn dropped_by_reason(records: &[RequestRecord]) -> Vec<(String, u64)> {
+    let mut reasons: Vec<(String, u64)> = Vec::new();
+    for r in records {
+        if let (Some(why), None) = (r.dropped, r.finish_ns) {
+            match reasons.iter_mut().find(|(x, _)| x == why) {
+                Some((_, c)) => *c += 1,
+                None => reasons.push((why.to_string(), 1)),
+            }
+        }
+    }
+    reasons
+}
+
 impl Sim<'_> {
     pub(crate) fn summarize(&self, end: u64) -> Summary {
         let dur_s = end as f64 / 1e9;
-        let stats = |recs: &mut dyn Iterator<Item = &RequestRecord>| {
-            let (mut n, mut done, mut dropped, mut viol, mut pt, mut ot) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-            let (mut ttft, mut tpot) = (Vec::new(), Vec::new());
-            for r in recs {
-                n += 1;
-                viol += r.violates() as u64;
-                if r.finish_ns.is_some() {
-                    done += 1;
-                    pt += r.prompt_tokens as u64;
-                    ot += r.output_tokens as u64;
-                    ttft.push(r.ttft_ns().unwrap_or(0));
-                    if r.output_tokens > 1 {
-                        tpot.push(r.tpot_ns().unwrap_or(0));
-                    }
-                } else {
-                    dropped += 1;
-                }
-            }
-            let q = |v: &mut Vec<u64>, p| quantile_ms(v, p);
-            (
-                n,
-                done,
-                dropped,
-                if n > 0 { viol as f64 / n as f64 } else { 0.0 },
-                pt as f64 / dur_s,
-                ot as f64 / dur_s,
-                [q(&mut ttft, 0.5), q(&mut ttft, 0.9), q(&mut ttft, 0.99)],
-                [q(&mut tpot, 0.5), q(&mut tpot, 0.9), q(&mut tpot, 0.99)],
-            )
-        };
         let tenants: Vec<TenantStats> = self
             .scn
             .tenants
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let (n, done, dropped, vr, pts, ots, ttft, tpot) =
-                    stats(&mut self.records.iter().filter(|r| r.tenant as usize == i));
+                let RequestStats {
+                    requests: n,
+                    completed: done,
+                    dropped,
+                    violation_rate: vr,
+                    prompt_tokens_per_s: pts,
+                    output_tokens_per_s: ots,
+                    ttft_ms: ttft,
+                    tpot_ms: tpot,
+                    ..
+                } = RequestStats::of(self.records.iter().filter(|r| r.tenant as usize == i), dur_s);
                 TenantStats {
                     name: t.name.clone(),
                     model: t.model.name.clone(),
@@ -118,16 +165,18 @@ impl Sim<'_> {
                 gap_histogram: g.gaps.clone(),
             })
             .collect();
-        let (n, done, dropped, vr, pts, ots, ttft, tpot) = stats(&mut self.records.iter());
-        let mut reasons: Vec<(String, u64)> = Vec::new();
-        for r in &self.records {
-            if let (Some(why), None) = (r.dropped, r.finish_ns) {
-                match reasons.iter_mut().find(|(x, _)| x == why) {
-                    Some((_, c)) => *c += 1,
-                    None => reasons.push((why.to_string(), 1)),
-                }
-            }
-        }
+        let RequestStats {
+            requests: n,
+            completed: done,
+            dropped,
+            violation_rate: vr,
+            prompt_tokens_per_s: pts,
+            output_tokens_per_s: ots,
+            ttft_ms: ttft,
+            tpot_ms: tpot,
+            ..
+        } = RequestStats::of(self.records.iter(), dur_s);
+        let reasons = dropped_by_reason(&self.records);
         Summary {
             policy: self.policy.name().to_string(),
             scenario: self.scn.spec.name.clone(),

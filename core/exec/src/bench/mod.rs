@@ -298,7 +298,9 @@ fn runner_steps(b: &CpuBackend, iters: usize) -> Result<Vec<f64>, ExecError> {
     Ok(out)
 }
 
-fn tokens(b: &CpuBackend, name: &str, (batch, prompt, steps): (usize, usize, usize)) -> Result<Tokens, ExecError> {
+/// Tokens/s of one tiny model on one device of `b`: one prefill of `batch` prompts, then
+/// `steps` decode steps of the batch (also the baseline `bench live` sets the server against).
+pub fn tokens(b: &CpuBackend, name: &str, (batch, prompt, steps): (usize, usize, usize)) -> Result<Tokens, ExecError> {
     let model = tiny(name)?;
     let vocab = model.vocab() as i32;
     let w = HostWeights::random(&model, 5);
