@@ -6,6 +6,13 @@ use slicesched_hw::GpuId;
 
 impl Sim<'_> {
     pub(crate) fn summarize(&self, end: u64) -> Summary {
+        self.summarize_records(end, false)
+    }
+
+    /// With `ended_only`, requests still in service are left out (a live server's figures
+    /// while it serves: an unfinished request is not yet a drop nor a violation).
+    pub(crate) fn summarize_records(&self, end: u64, ended_only: bool) -> Summary {
+        let keep = |r: &&RequestRecord| !ended_only || r.finish_ns.is_some() || r.dropped.is_some();
         let dur_s = end as f64 / 1e9;
         let stats = |recs: &mut dyn Iterator<Item = &RequestRecord>| {
             let (mut n, mut done, mut dropped, mut viol, mut pt, mut ot) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
@@ -44,7 +51,7 @@ impl Sim<'_> {
             .enumerate()
             .map(|(i, t)| {
                 let (n, done, dropped, vr, pts, ots, ttft, tpot) =
-                    stats(&mut self.records.iter().filter(|r| r.tenant as usize == i));
+                    stats(&mut self.records.iter().filter(keep).filter(|r| r.tenant as usize == i));
                 TenantStats {
                     name: t.name.clone(),
                     model: t.model.name.clone(),
@@ -118,7 +125,7 @@ impl Sim<'_> {
                 gap_histogram: g.gaps.clone(),
             })
             .collect();
-        let (n, done, dropped, vr, pts, ots, ttft, tpot) = stats(&mut self.records.iter());
+        let (n, done, dropped, vr, pts, ots, ttft, tpot) = stats(&mut self.records.iter().filter(keep));
         let mut reasons: Vec<(String, u64)> = Vec::new();
         for r in &self.records {
             if let (Some(why), None) = (r.dropped, r.finish_ns) {
