@@ -164,7 +164,16 @@ async fn a_plugin_the_host_quarantines_during_a_run_is_marked_quarantined(pool: 
     let run_id = run["id"].as_str().unwrap().to_string();
     // The run completes under the fallback, nothing lost...
     assert_eq!(run["status"], "succeeded", "{run}");
-    assert_eq!(run["summary"]["completed"], run["summary"]["requests"]);
+    // (smoke's longest requests do not fit llama-2-7b's 4096 positions: dropped for that alone)
+    let sm = &run["summary"];
+    let over_window: u64 = sm["dropped_by_reason"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r[0] == slicesched_sim::CONTEXT_WINDOW)
+        .map(|r| r[1].as_u64().unwrap())
+        .sum();
+    assert_eq!(sm["completed"].as_u64().unwrap() + over_window, sm["requests"].as_u64().unwrap(), "{sm}");
     // ...and says it ran under the fallback, with how many decisions that took.
     let f = &run["fallback"];
     assert_eq!(
