@@ -14,7 +14,7 @@ fn component(name: &str) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("{}: {e} (build the shipped plugins first: scripts/test.sh does)", path.display()))
 }
 
-pub(crate) fn upload(ct: &str, body: Vec<u8>) -> Request<Body> {
+fn upload(ct: &str, body: Vec<u8>) -> Request<Body> {
     Request::builder()
         .method(Method::POST)
         .uri("/api/v1/plugins")
@@ -124,7 +124,7 @@ async fn the_shipped_components_are_registered_at_start_up(pool: PgPool) {
 }
 
 /// The hostile plugin of the host's tests, built with one misbehaviour (once per target dir).
-pub(crate) fn hostile(feature: &str) -> Vec<u8> {
+fn hostile(feature: &str) -> Vec<u8> {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let out = repo().join(format!("target/plugins/hostile/{feature}.wasm"));
     let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
@@ -164,16 +164,7 @@ async fn a_plugin_the_host_quarantines_during_a_run_is_marked_quarantined(pool: 
     let run_id = run["id"].as_str().unwrap().to_string();
     // The run completes under the fallback, nothing lost...
     assert_eq!(run["status"], "succeeded", "{run}");
-    // (smoke's longest requests do not fit llama-2-7b's 4096 positions: dropped for that alone)
-    let sm = &run["summary"];
-    let over_window: u64 = sm["dropped_by_reason"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r[0] == slicesched_sim::CONTEXT_WINDOW)
-        .map(|r| r[1].as_u64().unwrap())
-        .sum();
-    assert_eq!(sm["completed"].as_u64().unwrap() + over_window, sm["requests"].as_u64().unwrap(), "{sm}");
+    assert_eq!(run["summary"]["completed"], run["summary"]["requests"]);
     // ...and says it ran under the fallback, with how many decisions that took.
     let f = &run["fallback"];
     assert_eq!(

@@ -60,10 +60,6 @@ pub struct ModelConfig {
     pub dtype: Dtype,
     /// SwiGLU-style gate and up projections fused into one GEMM of twice the width.
     pub gated_mlp: bool,
-    /// The context window, tokens (HF `max_position_embeddings`): a request whose prompt
-    /// and output do not fit in it cannot be served. None when the config does not say.
-    #[serde(default)]
-    pub max_position_embeddings: Option<u64>,
 }
 
 /// A preset: (name, hidden, heads, kv heads, head dim, intermediate, layers, vocab).
@@ -86,25 +82,6 @@ pub const PRESETS: &[Preset] = &[
     ("tiny-2l", 256, 8, 2, 32, 768, 2, 512),
     ("tiny-4l", 512, 8, 4, 64, 1536, 4, 2048),
     ("tiny-3l-1k", 1024, 16, 4, 64, 2816, 3, 4096),
-];
-
-/// The presets' context windows (their HF `max_position_embeddings`; Qwen2.5's with
-/// YaRN, as long-context deployments run it). The tiny models: the executor's default.
-const CONTEXT: &[(&str, u64)] = &[
-    ("llama-2-7b", 4096),
-    ("llama-2-13b", 4096),
-    ("llama-2-70b", 4096),
-    ("llama-3-8b", 8192),
-    ("llama-3-70b", 8192),
-    ("mistral-7b", 32_768),
-    ("mistral-small-24b", 32_768),
-    ("qwen2.5-7b", 131_072),
-    ("qwen2.5-14b", 131_072),
-    ("qwen2.5-32b", 131_072),
-    ("codellama-34b", 16_384),
-    ("tiny-2l", 8192),
-    ("tiny-4l", 8192),
-    ("tiny-3l-1k", 8192),
 ];
 
 /// Other spellings users and traces use for the presets.
@@ -131,7 +108,6 @@ struct HfConfig {
     num_hidden_layers: Option<u64>,
     vocab_size: Option<u64>,
     head_dim: Option<u64>,
-    max_position_embeddings: Option<u64>,
     torch_dtype: Option<String>,
     #[serde(rename = "_name_or_path")]
     name_or_path: Option<String>,
@@ -146,7 +122,6 @@ struct VidurConfig {
     mlp_hidden_dim: Option<u64>,
     vocab_size: Option<u64>,
     use_gated_mlp: Option<bool>,
-    max_position_embeddings: Option<u64>,
 }
 
 fn need<T>(path: &str, field: &'static str, v: Option<T>) -> Result<T, ModelError> {
@@ -172,7 +147,6 @@ impl ModelConfig {
             vocab_size: v,
             dtype: Dtype::Bf16,
             gated_mlp: true,
-            max_position_embeddings: CONTEXT.iter().find(|c| c.0 == n).map(|c| c.1),
         })
     }
 
@@ -218,7 +192,6 @@ impl ModelConfig {
             vocab_size: need(path, "vocab_size", c.vocab_size)?,
             dtype,
             gated_mlp: true,
-            max_position_embeddings: c.max_position_embeddings,
         };
         cfg.validate(path)?;
         Ok(cfg)
@@ -241,7 +214,6 @@ impl ModelConfig {
             vocab_size: need(path, "vocab_size", c.vocab_size)?,
             dtype: Dtype::Fp16,
             gated_mlp: c.use_gated_mlp.unwrap_or(true),
-            max_position_embeddings: c.max_position_embeddings,
         };
         cfg.validate(path)?;
         Ok(cfg)
@@ -337,19 +309,6 @@ mod tests {
         assert!((billions("mistral-small-24b") - 23.6).abs() < 0.1, "{}", billions("mistral-small-24b"));
         assert!((billions("qwen2.5-32b") - 32.8).abs() < 0.2, "{}", billions("qwen2.5-32b"));
         assert!((billions("codellama-34b") - 33.7).abs() < 0.2, "{}", billions("codellama-34b"));
-    }
-
-    #[test]
-    fn every_preset_has_its_context_window_and_configs_give_theirs() {
-        for p in PRESETS {
-            assert!(ModelConfig::preset(p.0).unwrap().max_position_embeddings.is_some(), "{}", p.0);
-        }
-        assert_eq!(ModelConfig::preset("llama-2-7b-hf").unwrap().max_position_embeddings, Some(4096));
-        let hf = r#"{"hidden_size": 256, "num_attention_heads": 8, "intermediate_size": 768,
-                     "num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 2048}"#;
-        assert_eq!(ModelConfig::from_hf_json(hf, "c.json", "x").unwrap().max_position_embeddings, Some(2048));
-        let unsaid = hf.replace(r#", "max_position_embeddings": 2048"#, "");
-        assert_eq!(ModelConfig::from_hf_json(&unsaid, "c.json", "x").unwrap().max_position_embeddings, None);
     }
 
     #[test]

@@ -39,5 +39,5 @@ pub use planner::{
     RHO_OVERLOAD,
 };
 pub use record::{DecisionRecord, OpRecord, OpWindow};
-pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult, CONTEXT_WINDOW};
+pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};
 pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};

@@ -134,9 +134,6 @@ pub(crate) struct IterRt {
     pub reqs: Vec<u32>,
 }
 
-/// Why a request longer than its model's context window was dropped.
-pub const CONTEXT_WINDOW: &str = "longer than the model's context window (max_position_embeddings)";
-
 pub(crate) struct Sim<'a> {
     pub scn: &'a Scenario,
     /// The views' epoch: the scenario's deployment and links do not change in a replay.
@@ -482,12 +479,6 @@ impl Sim<'_> {
     /// Routes request `idx` (its record exists) to one of its tenant's instances and
     /// queues it there; false when it could never fit (recorded as dropped).
     pub(crate) fn admit(&mut self, idx: usize, t: u32, prompt_tokens: u32, output_tokens: u32) -> bool {
-        // What the model cannot hold at all is never queued (vLLM refuses it up front).
-        let window = self.scn.tenants[t as usize].model.max_position_embeddings;
-        if window.is_some_and(|w| prompt_tokens as u64 + output_tokens.max(1) as u64 > w) {
-            self.records[idx].dropped = Some(CONTEXT_WINDOW);
-            return false;
-        }
         let inst = if self.tenant_insts[t as usize].len() == 1 {
             self.tenant_insts[t as usize][0] as usize
         } else {

@@ -146,36 +146,3 @@ trace = { kind = "poisson", rate = 4.0, prompt = { dist = "uniform", min = 1000,
     assert_eq!(s.requests, s.completed + s.dropped);
     assert!(r.records.iter().all(|x| x.finish_ns.is_some() != x.dropped.is_some()));
 }
-
-#[test]
-fn requests_longer_than_the_context_window_are_dropped_and_counted() {
-    // Llama-2-7B holds 4096 positions: prompts of 3000 to 6000 tokens with 200 outputs
-    // straddle it; the KV cache of an A100 would hold any of them.
-    let scn = scenario(
-        r#"
-name = "window"
-seed = 5
-duration_s = 20
-drain_s = 30
-[cluster]
-[[cluster.nodes]]
-gpu = "A100-80GB"
-gpus = 1
-[[tenants]]
-name = "l2"
-model = "llama-2-7b"
-gpus = [0]
-sla = { ttft_ms = 2000, tpot_ms = 100 }
-trace = { kind = "poisson", rate = 2.0, prompt = { dist = "uniform", min = 3000, max = 6000 }, output = { dist = "fixed", value = 200 } }
-"#,
-    );
-    let r = run(&scn, checked());
-    let over = |x: &slicesched_sim::RequestRecord| x.prompt_tokens + x.output_tokens > 4096;
-    let n = r.records.iter().filter(|x| over(x)).count();
-    assert!(n > 0 && n < r.records.len(), "{n} of {}", r.records.len());
-    for x in &r.records {
-        assert_eq!(x.dropped == Some(slicesched_sim::CONTEXT_WINDOW), over(x), "{x:?}");
-    }
-    let counted = r.summary.dropped_by_reason.iter().find(|(why, _)| why == slicesched_sim::CONTEXT_WINDOW);
-    assert_eq!(counted.map(|c| c.1), Some(n as u64), "{:?}", r.summary.dropped_by_reason);
-}
