@@ -3,8 +3,10 @@
 # /api/docs, web UI at /): builds the web UI, the binary and the shipped policy plugins
 # (Wasm, from source, into target/plugins/, registered at start-up), provisions
 # Postgres (the server on 127.0.0.1:5432 when one answers and DATABASE_URL is unset,
-# else a private one under .data/pg), registers the shipped policies and stores a demo
-# replay (scenarios/smoke.toml under dedicated and slice) on a fresh database.
+# else a private one under .data/pg), registers the shipped policies, stores a demo
+# replay (scenarios/smoke.toml under dedicated and slice) on a fresh database, and serves
+# two tiny tenants live on the CPU executor (demo-chat, demo-code: their keys and a ready
+# `curl` are printed when they are first registered). `--no-demo` starts nothing.
 # The admin token is SLICESCHED_ADMIN_TOKEN, or one generated once into .data/admin-token.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -22,7 +22,8 @@ pub struct Config {
     pub max_concurrent_runs: usize,
     /// Largest plugin upload accepted, bytes.
     pub plugin_max_bytes: usize,
-    /// Store a demo replay at start-up when the database holds no run.
+    /// Store the demo replays at start-up when the database holds no run, and serve the
+    /// demo's two tiny tenants live (unless `[live]` starts a cluster).
     pub demo_run: bool,
     /// Ops recorded for the timeline of a replay (the first this many of its window).
     pub record_max_ops: u64,

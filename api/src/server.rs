@@ -1,6 +1,6 @@
 //! Start-up and shutdown: connect and migrate, register the shipped policies, recover
-//! runs a previous process left, store a demo replay on an empty database, serve until
-//! SIGINT/SIGTERM.
+//! runs a previous process left, store a demo replay on an empty database and start the
+//! demo's live cluster (unless the configuration starts one), serve until SIGINT/SIGTERM.
 
 use crate::config::Config;
 use crate::state::AppState;
@@ -41,8 +41,14 @@ pub async fn prepare(config: Config) -> Result<AppState, ServeError> {
     if state.config.demo_run {
         demo(&state).await?;
     }
+    let configured = state.config.live.as_ref().is_some_and(|c| c.autostart);
+    if state.config.demo_run && !configured {
+        let msg = crate::live::demo::start(&state).await.map_err(|e| ServeError::Live(format!("the demo: {e}")))?;
+        // The keys are for the person who started the service, not for the logs.
+        println!("{msg}");
+    }
     if let Some(cfg) = state.config.live.clone().filter(|c| c.autostart) {
-        let c = crate::live::start(&state, cfg).await.map_err(|e| ServeError::Live(e.to_string()))?;
+        let c = crate::live::start(&state, cfg, "system:config").await.map_err(|e| ServeError::Live(e.to_string()))?;
         let detail = serde_json::to_value(&c.config).unwrap_or_default();
         crate::db::audit(&state.db, "system:config", "live.start", &c.id.to_string(), detail).await?;
         tracing::info!(cluster = %c.id, "live cluster serving /v1");

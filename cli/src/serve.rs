@@ -14,7 +14,7 @@ pub struct Args {
     /// Built web UI assets served at `/` (default web/dist).
     #[arg(long)]
     web_dir: Option<PathBuf>,
-    /// Do not queue the demo replays on an empty database.
+    /// Start nothing: no demo replays on an empty database, no live demo tenants.
     #[arg(long)]
     no_demo: bool,
     /// Print the OpenAPI document and exit.

@@ -8,7 +8,8 @@ export type RunStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancell
 
 export interface Run {
   id: string | number;
-  kind: 'replay' | 'sweep';
+  /** `live`: traffic a live cluster served (running while it serves). */
+  kind: 'replay' | 'sweep' | 'live';
   scenario: string;
   policies: string[];
   status: RunStatus;

@@ -35,16 +35,39 @@ pub async fn store_replay_reporting(
         progress(done as f64 / steps as f64);
     };
     for chunk in r.records.chunks(CHUNK) {
+        insert_requests(tx, run, chunk, tenant_names, false).await?;
+        step();
+    }
+    store_series(tx, run, &r.series, 0, false).await?;
+    step();
+    store_decisions(tx, run, &r.decisions).await?;
+    step();
+    store_ops(tx, run, &r.ops).await?;
+    step();
+    Ok(())
+}
+
+/// Writes request records; with `skip_existing`, records already stored are left as they
+/// are (a live run writes its records as they end, and all of them again at its stop).
+pub async fn insert_requests(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    records: &[slicesched_sim::RequestRecord],
+    tenant_names: &[String],
+    skip_existing: bool,
+) -> Result<(), sqlx::Error> {
+    let conflict = if skip_existing { " on conflict (run_id, request_id) do nothing" } else { "" };
+    for chunk in records.chunks(CHUNK) {
         let name = |t: u32| tenant_names.get(t as usize).cloned().unwrap_or_else(|| format!("tenant-{t}"));
         let ns = |v: u64| v.min(i64::MAX as u64) as i64;
-        sqlx::query(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "insert into run_requests (run_id, request_id, tenant, arrival_ns, prompt_tokens, output_tokens, \
              first_token_ns, finish_ns, ttft_ms, tpot_ms, preemptions, dropped, violated, ttft_target_ms, \
              tpot_target_ms) \
              select $1, * from unnest($2::int[], $3::text[], $4::int8[], $5::int[], $6::int[], $7::int8[], \
              $8::int8[], $9::float8[], $10::float8[], $11::int[], $12::text[], $13::bool[], $14::float8[], \
-             $15::float8[])",
-        )
+             $15::float8[]){conflict}"
+        )))
         .bind(run)
         .bind(chunk.iter().map(|x| x.id as i32).collect::<Vec<_>>())
         .bind(chunk.iter().map(|x| name(x.tenant)).collect::<Vec<_>>())
@@ -62,14 +85,7 @@ pub async fn store_replay_reporting(
         .bind(chunk.iter().map(|x| x.tpot_target_ns as f64 / 1e6).collect::<Vec<_>>())
         .execute(&mut **tx)
         .await?;
-        step();
     }
-    store_series(tx, run, &r.series).await?;
-    step();
-    store_decisions(tx, run, &r.decisions).await?;
-    step();
-    store_ops(tx, run, &r.ops).await?;
-    step();
     Ok(())
 }
 
@@ -152,18 +168,34 @@ pub async fn refresh_op_bounds(tx: &mut Transaction<'_, Postgres>, run: Uuid) ->
     Ok(())
 }
 
-async fn store_series(
-    tx: &mut Transaction<'_, Postgres>,
-    run: Uuid,
-    s: &slicesched_sim::TimeSeries,
-) -> Result<(), sqlx::Error> {
-    let n = [s.prompt_tokens.len(), s.output_tokens.len(), s.completed.len(), s.violations.len()]
+/// Buckets the longest of a series' counters has.
+pub fn series_len(s: &slicesched_sim::TimeSeries) -> usize {
+    [s.prompt_tokens.len(), s.output_tokens.len(), s.completed.len(), s.violations.len()]
         .into_iter()
         .chain(s.gpu_busy_ns.iter().map(Vec::len))
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// Writes the series' buckets (a bucket past a counter's end is 0), numbered from
+/// `first` (a live run writes its series a slice at a time); with `upsert`, a bucket
+/// already stored is overwritten (the second still filling is written again).
+pub async fn store_series(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    s: &slicesched_sim::TimeSeries,
+    first: usize,
+    upsert: bool,
+) -> Result<(), sqlx::Error> {
     let at = |v: &Vec<u64>, i: usize| v.get(i).copied().unwrap_or(0) as i64;
-    let buckets: Vec<usize> = (0..n).collect();
+    let buckets: Vec<usize> = (0..series_len(s)).collect();
+    let conflict = if upsert {
+        " on conflict (run_id, bucket) do update set prompt_tokens = excluded.prompt_tokens, \
+         output_tokens = excluded.output_tokens, completed = excluded.completed, \
+         violations = excluded.violations, gpu_busy_ns = excluded.gpu_busy_ns"
+    } else {
+        ""
+    };
     for chunk in buckets.chunks(CHUNK) {
         // Postgres has no arrays of arrays of different lengths: each bucket's per-GPU
         // busy time travels as a text array literal.
@@ -174,13 +206,14 @@ async fn store_series(
                 format!("{{{}}}", v.join(","))
             })
             .collect();
-        sqlx::query(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "insert into run_series (run_id, bucket, prompt_tokens, output_tokens, completed, violations, \
              gpu_busy_ns) select $1, b, p, o, c, v, g::int8[] \
-             from unnest($2::int[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::text[]) as t(b, p, o, c, v, g)",
-        )
+             from unnest($2::int[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::text[]) as t(b, p, o, c, v, g)\
+             {conflict}"
+        )))
         .bind(run)
-        .bind(chunk.iter().map(|&i| i as i32).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|&i| (first + i) as i32).collect::<Vec<_>>())
         .bind(chunk.iter().map(|&i| at(&s.prompt_tokens, i)).collect::<Vec<_>>())
         .bind(chunk.iter().map(|&i| at(&s.output_tokens, i)).collect::<Vec<_>>())
         .bind(chunk.iter().map(|&i| at(&s.completed, i)).collect::<Vec<_>>())

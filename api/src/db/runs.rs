@@ -83,7 +83,8 @@ pub struct Run {
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub error: Option<String>,
-    /// The replay's `summary.json`, the sweep's `sweep.json`, or null until it finishes.
+    /// The replay's `summary.json`, the sweep's `sweep.json`, or null until it finishes; a
+    /// live run's figures so far while it serves (over the requests that ended).
     #[schema(value_type = Option<Object>)]
     pub summary: Option<serde_json::Value>,
     /// Replays: the arrival-rate multiplier asked for (null: 1×).

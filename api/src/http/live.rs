@@ -40,6 +40,9 @@ pub struct LiveStatus {
     pub config: LiveConfig,
     pub models: Vec<ServedModel>,
     pub now: Snapshot,
+    /// The run (kind `live`, id = this cluster's) its traffic is stored under while
+    /// serving: records written, and let go when the database could not keep up.
+    pub history: crate::live::history::HistorySnapshot,
 }
 
 fn status_of(c: &Cluster, state: &str) -> LiveStatus {
@@ -61,6 +64,7 @@ fn status_of(c: &Cluster, state: &str) -> LiveStatus {
             })
             .collect(),
         now: c.snapshot(),
+        history: c.history.snapshot(),
     }
 }
 
@@ -87,7 +91,7 @@ async fn start(
     ApiJson(cfg): ApiJson<LiveConfig>,
 ) -> ApiResult<(StatusCode, Json<LiveStatus>)> {
     caller.admin()?;
-    let c = crate::live::start(&st, cfg).await?;
+    let c = crate::live::start(&st, cfg, &caller.actor()).await?;
     let detail = serde_json::to_value(&c.config).unwrap_or_default();
     if let Err(e) = crate::db::audit(&st.db, &caller.actor(), "live.start", &c.id.to_string(), detail).await {
         // Nothing was changed that the log does not say: the cluster goes again.
@@ -131,9 +135,8 @@ async fn switch_policy(
 ) -> ApiResult<Json<LiveStatus>> {
     caller.admin()?;
     let c = st.live.current().ok_or_else(none)?;
-    let next = match crate::policies::instantiate(&st.db, &body.policy).await {
-        Ok(crate::policies::Instance::Native(p)) => p,
-        Ok(crate::policies::Instance::Plugin { policy, .. }) => policy as Box<dyn slicesched_policy::Policy>,
+    let (next, watched) = match crate::policies::instantiate(&st.db, &body.policy).await {
+        Ok(i) => crate::live::watch::watch(i),
         Err(e) => return Err(ApiError::invalid("policy", e)),
     };
     let (replicas, sharing) = c.policy_shape;
@@ -156,7 +159,10 @@ async fn switch_policy(
     )
     .await?;
     tx.commit().await?;
-    c.switch.request(next);
     *c.policy.lock().unwrap_or_else(|e| e.into_inner()) = body.policy;
+    if let Some((plugin, rx)) = watched {
+        crate::live::watch::write_back_when_told(&st, &c, plugin, rx);
+    }
+    c.switch.request(next);
     Ok(Json(status_of(&c, "running")))
 }

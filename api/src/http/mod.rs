@@ -17,7 +17,7 @@ mod pagination;
 mod plugins;
 mod run_data;
 mod runs;
-mod tenants;
+pub(crate) mod tenants;
 mod timeline;
 mod web;
 

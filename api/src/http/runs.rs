@@ -310,7 +310,10 @@ fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {
               (status = 403, body = Problem)))]
 async fn cancel_run(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<Run>> {
     caller.admin()?;
-    crate::db::runs::get(&st.db, id).await?.ok_or(ApiError::NotFound)?;
+    let run = crate::db::runs::get(&st.db, id).await?.ok_or(ApiError::NotFound)?;
+    if run.kind == "live" && run.status == "running" {
+        return Err(ApiError::conflict("kind", "a live run ends when its cluster stops (DELETE /api/v1/live)"));
+    }
     if !st.jobs.cancel(id).await? {
         return Err(ApiError::conflict("status", "the run already ended"));
     }

@@ -183,22 +183,9 @@ async fn create_tenant(
     caller.admin()?;
     check_name("name", &body.name)?;
     body.sla.check("sla.")?;
-    let id = Uuid::new_v4();
-    let token = crate::auth::new_token();
     let actor = caller.actor();
     let mut tx = st.db.begin().await?;
-    sqlx::query("insert into tenants (id, name) values ($1, $2)").bind(id).bind(&body.name).execute(&mut *tx).await?;
-    insert_sla(&mut tx, id, 1, &body.sla, &actor).await?;
-    sqlx::query(
-        "insert into api_keys (id, token_sha256, role, name, tenant_id, created_by) values ($1, $2, 'tenant', $3, $4, $5)",
-    )
-    .bind(Uuid::new_v4())
-    .bind(&crate::auth::sha256(&token)[..])
-    .bind(&body.name)
-    .bind(id)
-    .bind(&actor)
-    .execute(&mut *tx)
-    .await?;
+    let (id, token) = register(&mut tx, &body.name, &body.sla, &actor).await?;
     crate::db::audit(
         &mut *tx,
         &actor,
@@ -210,6 +197,31 @@ async fn create_tenant(
     tx.commit().await?;
     let tenant = visible(&st, &caller, id).await?;
     Ok((StatusCode::CREATED, Json(CreatedTenant { tenant, api_key: token })))
+}
+
+/// A new tenant, its first SLA and its first key (returned: shown once, stored as its
+/// SHA-256), in the caller's transaction (which writes the audit entry).
+pub(crate) async fn register(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    name: &str,
+    sla: &SlaTargets,
+    actor: &str,
+) -> Result<(Uuid, String), sqlx::Error> {
+    let id = Uuid::new_v4();
+    let token = crate::auth::new_token();
+    sqlx::query("insert into tenants (id, name) values ($1, $2)").bind(id).bind(name).execute(&mut **tx).await?;
+    insert_sla(tx, id, 1, sla, actor).await?;
+    sqlx::query(
+        "insert into api_keys (id, token_sha256, role, name, tenant_id, created_by) values ($1, $2, 'tenant', $3, $4, $5)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(&crate::auth::sha256(&token)[..])
+    .bind(name)
+    .bind(id)
+    .bind(actor)
+    .execute(&mut **tx)
+    .await?;
+    Ok((id, token))
 }
 
 async fn insert_sla(
@@ -332,6 +344,13 @@ async fn put_sla(
     )
     .await?;
     tx.commit().await?;
+    // A tenant served live is judged against its new SLA from its next request on.
+    if let Some(c) = st.live.current() {
+        let sla = slicesched_engine::Sla { ttft_ms: body.ttft_ms, ttft_ms_per_1k: body.ttft_ms_per_1k, tpot_ms: body.tpot_ms };
+        if c.set_sla(id, sla) {
+            crate::live::history::sla_changed(&st.db, c.id, id, version, &sla).await?;
+        }
+    }
     current_sla(&st, id).await?.map(Json).ok_or_else(|| ApiError::missing("tenant", id))
 }
 
@@ -392,7 +411,8 @@ pub struct TenantStats {
     pub name: String,
     /// Succeeded replays attributed to this tenant (named in the run request, or
     /// matched by name when the run started: never runs from before the tenant
-    /// existed), newest first (at most 100).
+    /// existed) and the live runs that served it (a running one with its figures so
+    /// far), newest first (at most 100).
     pub runs: Vec<TenantRunStats>,
     /// Every SLA version, oldest first: what the attainment chart marks.
     pub sla_versions: Vec<SlaVersion>,
@@ -409,7 +429,8 @@ async fn stats(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<
                 r.fallback is not null as fallback, e.value as stats \
          from run_tenants rt join runs r on r.id = rt.run_id \
          cross join lateral jsonb_array_elements(r.summary -> 'tenants') e \
-         where rt.tenant_id = $1 and r.kind = 'replay' and r.status = 'succeeded' \
+         where rt.tenant_id = $1 and (r.status = 'succeeded' and r.kind in ('replay', 'live') \
+                or r.status = 'running' and r.kind = 'live') \
            and e.value ->> 'name' = rt.scenario_tenant \
          order by r.started_at desc, r.id desc limit 100",
     )

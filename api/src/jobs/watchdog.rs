@@ -21,7 +21,8 @@ impl Jobs {
     pub async fn sweep_stuck(&self, grace: Duration) -> Result<(u64, u64), sqlx::Error> {
         let secs = grace.as_secs_f64();
         let rows: Vec<(Uuid, String)> = sqlx::query_as(
-            "select id, status from runs where status in ('queued', 'running') \
+            // A live run is held by its cluster, not by a job.
+            "select id, status from runs where status in ('queued', 'running') and kind <> 'live' \
              and coalesce(started_at, created_at) < now() - make_interval(secs => $1)",
         )
         .bind(secs)

@@ -4,6 +4,7 @@
 //! length the handle bounds.
 
 use super::exec::{Event, LiveExec, Requests, Served};
+use super::history::Sink;
 use super::sample::SamplingParams;
 use super::{LiveConfig, Snapshot, TenantSnapshot};
 use slicesched_cost::{CostModel, CpuOverhead};
@@ -32,6 +33,8 @@ pub enum Cmd {
     Submit(Box<Submit>),
     /// The client went away.
     Cancel(u64),
+    /// A tenant's SLA changed: its new requests are judged against this one.
+    Sla(u32, slicesched_engine::Sla),
     /// Finish in-flight work (for at most the drain time), fail the rest, end.
     Stop,
 }
@@ -43,6 +46,8 @@ pub struct Plan {
     pub models: Vec<(ExecModel, HostWeights)>,
     pub policy: Box<dyn Policy>,
     pub switch: SwitchHandle,
+    /// Where what ends goes, for the history tables.
+    pub history: Sink,
 }
 
 /// The scenario of a live cluster: its devices as nominal A100s (the cost model's
@@ -107,7 +112,7 @@ pub fn run(
     shared: Arc<Shared>,
     ready: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) -> Option<ReplayResult> {
-    let Plan { config, scenario: scn, models, policy, switch } = plan;
+    let Plan { config, scenario: scn, models, policy, switch, history: mut sink } = plan;
     let planned = match slicesched_sim::plan(&scn, policy.replicas()) {
         Ok(p) => p,
         Err(e) => {
@@ -161,7 +166,7 @@ pub fn run(
                             .send(Event::Rejected { status: 503, message: "the live cluster is shutting down".into() });
                         continue;
                     }
-                    admit(&mut sim, &reqs, &mut clients, *s);
+                    admit(&mut sim, &reqs, &mut clients, &mut sink, *s);
                 }
                 Cmd::Cancel(c) => {
                     if let Some(req) = clients.remove(&c) {
@@ -171,6 +176,7 @@ pub fn run(
                         sim.end(req, End::Dropped("cancelled: the client went away"));
                     }
                 }
+                Cmd::Sla(t, sla) => sim.set_sla(t, sla),
                 Cmd::Stop => {
                     stop_by.get_or_insert_with(|| Instant::now() + drain);
                 }
@@ -182,6 +188,9 @@ pub fn run(
             clients.retain(|_, r| reqs.borrow().contains_key(r));
             publish(&sim, &shared, &planned, &reqs, t0);
             published = Instant::now();
+        }
+        if sink.due() {
+            sink.flush(&sim);
         }
         if let Some(by) = stop_by {
             let working = reqs.borrow().values().any(|p| !p.done);
@@ -197,6 +206,8 @@ pub fn run(
             }
         }
     }
+    // The stop stores everything at once; the writer only finishes what it holds.
+    drop(sink);
     let loads: Vec<_> = (0..planned.tenants.len() as u32).map(|i| sim.load(i)).collect();
     let clock = sim.now();
     let result = sim.finish("the server shut down");
@@ -204,8 +215,10 @@ pub fn run(
     Some(result)
 }
 
-fn admit(sim: &mut LiveSim, reqs: &Requests, clients: &mut HashMap<u64, u32>, s: Submit) {
+fn admit(sim: &mut LiveSim, reqs: &Requests, clients: &mut HashMap<u64, u32>, sink: &mut Sink, s: Submit) {
     let id = sim.records().len() as u32;
+    // Refused or served, the request has a record from here on.
+    sink.opened(id);
     let (prompt, max_tokens) = (s.prompt.len() as u32, s.params.max_tokens);
     let events = s.events.clone();
     reqs.borrow_mut().insert(id, Served::new(s.tenant, s.prompt, s.params, s.events));

@@ -1,45 +1,305 @@
-//! Live traffic in the history tables: when a cluster stops, what it served is stored
-//! as a run of kind `live` (per-request records with their SLA verdicts, the per-second
-//! series, the latency histograms, the summary) in one transaction, after serving ended,
-//! so the database never stalls serving.
+//! Live traffic in the history tables, while it is served: a cluster is a run of kind
+//! `live` from its start (status `running`), its per-request records and per-second
+//! series written in batches as requests end, its summary refreshed with each batch, and
+//! the whole of it stored again, complete, when it stops (`succeeded`).
+//!
+//! The serving loop never waits for the database: every [`FLUSH_EVERY`] it hands a batch
+//! to a bounded channel without blocking ([`Sink::flush`]); a tokio task ([`spawn_writer`])
+//! writes each batch in one transaction with the bulk-insert helpers of `db::results`. When
+//! the database is slow or down the channel fills, the loop keeps at most
+//! [`MAX_BUFFERED`] records, and what it had to let go is counted ([`HistoryStats`]); the
+//! stop's final store writes every record again (skipping those already stored), so the
+//! stored run ends complete whatever was dropped on the way.
 
 use super::Cluster;
 use crate::state::AppState;
-use slicesched_sim::ReplayResult;
+use serde::Serialize;
+use slicesched_sim::{LiveSim, ReplayResult, RequestRecord, Summary, TimeSeries};
+use sqlx::PgPool;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use utoipa::ToSchema;
+use uuid::Uuid;
 
-/// Stores the stopped cluster's traffic under the cluster's id.
-pub async fn store(st: &AppState, c: &Cluster, r: &ReplayResult, actor: &str) -> Result<(), sqlx::Error> {
-    let names: Vec<String> = c.tenants.iter().map(|t| t.name.clone()).collect();
-    let config = serde_json::to_string_pretty(&c.config).unwrap_or_default();
-    let summary = serde_json::to_value(&r.summary).unwrap_or_default();
-    let policy = c.policy.lock().unwrap_or_else(|e| e.into_inner()).clone();
+/// How often the loop hands what ended to the writer.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// Batches waiting for the writer, at most.
+pub const CHANNEL_BATCHES: usize = 8;
+/// Ended records the loop keeps while the channel is full, at most; past it the oldest
+/// are let go (and counted).
+pub const MAX_BUFFERED: usize = 100_000;
+/// Tries of one batch before the writer lets it go (none but the first while stopping).
+const ATTEMPTS: u32 = 3;
+
+/// What went to the history tables while serving.
+#[derive(Debug, Default)]
+pub struct HistoryStats {
+    /// Records written by the writer.
+    pub written: AtomicU64,
+    /// Records let go while serving (buffer full, or a batch the database refused every
+    /// try); the stop's final store writes them.
+    pub dropped: AtomicU64,
+    /// Batches whose write failed (each try).
+    pub failed_writes: AtomicU64,
+    /// The cluster is stopping: the writer tries each batch once.
+    closing: AtomicBool,
+}
+
+/// [`HistoryStats`] as the live status shows it.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct HistorySnapshot {
+    pub records_written: u64,
+    pub records_dropped: u64,
+    pub failed_writes: u64,
+}
+
+impl HistoryStats {
+    pub fn snapshot(&self) -> HistorySnapshot {
+        HistorySnapshot {
+            records_written: self.written.load(Ordering::Relaxed),
+            records_dropped: self.dropped.load(Ordering::Relaxed),
+            failed_writes: self.failed_writes.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn closing(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One write: records that ended, the series' buckets from `series_from`, the summary.
+pub struct Batch {
+    pub records: Vec<RequestRecord>,
+    pub series_from: usize,
+    pub series: TimeSeries,
+    pub summary: Summary,
+}
+
+/// The loop's side: which requests are open, what ended and is not handed over yet.
+pub struct Sink {
+    tx: mpsc::Sender<Batch>,
+    open: BTreeSet<u32>,
+    buffered: Vec<RequestRecord>,
+    /// The first bucket not handed over for good (the last one handed was still filling).
+    series_from: usize,
+    last: Instant,
+    stats: Arc<HistoryStats>,
+}
+
+impl Sink {
+    pub fn new(tx: mpsc::Sender<Batch>, stats: Arc<HistoryStats>) -> Self {
+        Self { tx, open: BTreeSet::new(), buffered: Vec::new(), series_from: 0, last: Instant::now(), stats }
+    }
+
+    /// A request got a record (served, or refused at once: both are history).
+    pub fn opened(&mut self, id: u32) {
+        self.open.insert(id);
+    }
+
+    pub fn due(&self) -> bool {
+        self.last.elapsed() >= FLUSH_EVERY
+    }
+
+    /// Hands what ended since the last flush, the series' new seconds and the summary to
+    /// the writer, never waiting: a full channel keeps the records for the next flush.
+    pub fn flush(&mut self, sim: &LiveSim) {
+        self.last = Instant::now();
+        let ended: Vec<u32> = self
+            .open
+            .iter()
+            .copied()
+            .filter(|&id| sim.record(id).is_some_and(|r| r.finish_ns.is_some() || r.dropped.is_some()))
+            .collect();
+        for id in ended {
+            self.open.remove(&id);
+            self.buffered.extend(sim.record(id).cloned());
+        }
+        if self.buffered.len() > MAX_BUFFERED {
+            let over = self.buffered.len() - MAX_BUFFERED;
+            self.buffered.drain(..over);
+            self.stats.dropped.fetch_add(over as u64, Ordering::Relaxed);
+        }
+        let s = sim.series();
+        let now_bucket = (sim.now() / slicesched_sim::SERIES_BUCKET_NS) as usize;
+        let to = crate::db::results::series_len(s).max(now_bucket + 1);
+        let from = self.series_from.min(to);
+        let part = |v: &Vec<u64>| v.get(from..).map_or(Vec::new(), <[u64]>::to_vec);
+        let mut series = TimeSeries {
+            bucket_s: s.bucket_s,
+            prompt_tokens: part(&s.prompt_tokens),
+            output_tokens: part(&s.output_tokens),
+            completed: part(&s.completed),
+            violations: part(&s.violations),
+            gpu_busy_ns: s.gpu_busy_ns.iter().map(part).collect(),
+        };
+        series.pad(to - from);
+        let batch =
+            Batch { records: std::mem::take(&mut self.buffered), series_from: from, series, summary: sim.summary() };
+        match self.tx.try_send(batch) {
+            Ok(()) => self.series_from = to - 1,
+            Err(mpsc::error::TrySendError::Full(b)) => self.buffered = b.records,
+            Err(mpsc::error::TrySendError::Closed(b)) => {
+                self.stats.dropped.fetch_add(b.records.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The writer: one transaction per batch, tried again (with a pause) when it fails.
+pub fn spawn_writer(
+    db: PgPool,
+    run: Uuid,
+    names: Vec<String>,
+    stats: Arc<HistoryStats>,
+) -> (mpsc::Sender<Batch>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel::<Batch>(CHANNEL_BATCHES);
+    let task = tokio::spawn(async move {
+        while let Some(b) = rx.recv().await {
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match write(&db, run, &names, &b).await {
+                    Ok(()) => {
+                        stats.written.fetch_add(b.records.len() as u64, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(e) => {
+                        stats.failed_writes.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, run = %run, "writing live history failed");
+                        if tries >= ATTEMPTS || stats.closing.load(Ordering::Relaxed) {
+                            stats.dropped.fetch_add(b.records.len() as u64, Ordering::Relaxed);
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(500 * tries as u64)).await;
+                    }
+                }
+            }
+        }
+    });
+    (tx, task)
+}
+
+async fn write(db: &PgPool, run: Uuid, names: &[String], b: &Batch) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    crate::db::results::insert_requests(&mut tx, run, &b.records, names, true).await?;
+    crate::db::results::store_series(&mut tx, run, &b.series, b.series_from, true).await?;
+    let summary = serde_json::to_value(&b.summary).map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+    sqlx::query("update runs set summary = $2 where id = $1 and status = 'running'")
+        .bind(run)
+        .bind(summary)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// The run's row and its tenants (with the SLA version each is judged against), when the
+/// cluster starts.
+pub struct Opening<'a> {
+    pub id: Uuid,
+    pub config: &'a super::LiveConfig,
+    pub tenants: &'a [super::ServedTenant],
+    pub slas: &'a [(i32, slicesched_engine::Sla)],
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    pub actor: &'a str,
+}
+
+pub async fn open(db: &PgPool, o: Opening<'_>) -> Result<(), sqlx::Error> {
+    let names: Vec<String> = o.tenants.iter().map(|t| t.name.clone()).collect();
+    let config = serde_json::to_string_pretty(o.config).unwrap_or_default();
     let tenant_map: serde_json::Map<String, serde_json::Value> =
-        c.tenants.iter().map(|t| (t.name.clone(), serde_json::json!(t.tenant_id))).collect();
-    let mut tx = st.db.begin().await?;
+        o.tenants.iter().map(|t| (t.name.clone(), serde_json::json!(t.tenant_id))).collect();
+    let mut tx = db.begin().await?;
     sqlx::query(
         "insert into runs (id, kind, scenario, scenario_toml, policies, tenant_names, gpus, status, progress, \
-         created_by, created_at, started_at, finished_at, summary, tenant_map) \
-         values ($1, 'live', 'live', $2, $3, $4, $5, 'succeeded', 1, $6, $7, $7, now(), $8, $9)",
+         created_by, created_at, started_at, tenant_map) \
+         values ($1, 'live', 'live', $2, $3, $4, $5, 'running', 0, $6, $7, $7, $8)",
     )
-    .bind(c.id)
+    .bind(o.id)
     .bind(&config)
-    .bind(vec![policy])
+    .bind(vec![o.config.policy.clone()])
     .bind(&names)
-    .bind(c.config.device_count().unwrap_or(0) as i32)
-    .bind(actor)
-    .bind(c.started_at)
-    .bind(&summary)
+    .bind(o.config.device_count().unwrap_or(0) as i32)
+    .bind(o.actor)
+    .bind(o.started_at)
     .bind(serde_json::Value::Object(tenant_map))
     .execute(&mut *tx)
     .await?;
-    crate::db::results::store_replay(&mut tx, c.id, r, &names).await?;
+    for (t, (version, sla)) in o.tenants.iter().zip(o.slas) {
+        sqlx::query(
+            "insert into run_tenants (run_id, scenario_tenant, tenant_id, matched_by, sla_version, ttft_ms, \
+             ttft_ms_per_1k, tpot_ms) values ($1, $2, $3, 'request', $4, $5, $6, $7)",
+        )
+        .bind(o.id)
+        .bind(&t.name)
+        .bind(t.tenant_id)
+        .bind(version)
+        .bind(sla.ttft_ms)
+        .bind(sla.ttft_ms_per_1k)
+        .bind(sla.tpot_ms)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await
+}
+
+/// A served tenant's SLA changed: the run records the version its new requests are
+/// judged against.
+pub async fn sla_changed(
+    db: &PgPool,
+    run: Uuid,
+    tenant: Uuid,
+    version: i32,
+    sla: &slicesched_engine::Sla,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update run_tenants set sla_version = $3, ttft_ms = $4, ttft_ms_per_1k = $5, tpot_ms = $6 \
+         where run_id = $1 and tenant_id = $2",
+    )
+    .bind(run)
+    .bind(tenant)
+    .bind(version)
+    .bind(sla.ttft_ms)
+    .bind(sla.ttft_ms_per_1k)
+    .bind(sla.tpot_ms)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The stopped cluster's whole traffic: every record (those the writer stored are kept),
+/// the padded series, the latency histograms, the summary and `succeeded`, in one
+/// transaction that refuses a run no longer `running`.
+pub async fn store(st: &AppState, c: &Cluster, r: &ReplayResult, actor: &str) -> Result<(), sqlx::Error> {
+    let names: Vec<String> = c.tenants.iter().map(|t| t.name.clone()).collect();
+    let summary = serde_json::to_value(&r.summary).unwrap_or_default();
+    let policy = c.policy.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut tx = st.db.begin().await?;
+    let done = sqlx::query(
+        "update runs set status = 'succeeded', progress = 1, finished_at = now(), summary = $2, \
+         policies = $3 where id = $1 and status = 'running'",
+    )
+    .bind(c.id)
+    .bind(&summary)
+    .bind(vec![policy])
+    .execute(&mut *tx)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(sqlx::Error::Protocol(format!("live run {} is no longer running", c.id)));
+    }
+    crate::db::results::insert_requests(&mut tx, c.id, &r.records, &names, true).await?;
+    crate::db::results::store_series(&mut tx, c.id, &r.series, 0, true).await?;
     crate::db::latency::store(&mut tx, c.id, None).await?;
+    let h = c.history.snapshot();
     crate::db::audit(
         &mut *tx,
         actor,
         "live.stored",
         &c.id.to_string(),
-        serde_json::json!({"requests": r.records.len()}),
+        serde_json::json!({"requests": r.records.len(), "written_while_serving": h.records_written,
+                           "dropped_while_serving": h.records_dropped}),
     )
     .await?;
     tx.commit().await

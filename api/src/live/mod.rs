@@ -8,17 +8,21 @@
 //!   loop; commands arrive through a channel the handle bounds).
 //! - [`exec`]: the executor with real tokens (KV kept per sequence, tokens streamed).
 //! - [`sample`]: temperature / top-p sampling and stop sequences.
+//! - [`history`]: the traffic stored as a run of kind `live` while it is served.
+//! - [`watch`]: a plugin policy's quarantine while serving, written back.
 //!
 //! The handle ([`Live`]) lives in the app state; a request holds a [`Ticket`], whose drop
 //! (the client went away) cancels the request and frees its KV blocks.
 
 pub mod cluster;
 pub mod config;
+pub mod demo;
 pub mod exec;
 pub mod history;
 pub mod metrics;
 pub mod sample;
 mod start;
+pub mod watch;
 
 pub use config::{LiveConfig, LiveEngine, LiveTenant};
 pub use exec::{Event, Finished};
@@ -76,8 +80,14 @@ pub struct ServedTenant {
     pub kv_blocks: u32,
     pub block_size: u32,
     pub vocab: usize,
-    /// Its SLA when the cluster started.
-    pub sla: slicesched_engine::Sla,
+    /// Its SLA in force (the registered tenant's newest version).
+    pub sla: Mutex<slicesched_engine::Sla>,
+}
+
+impl ServedTenant {
+    pub fn sla(&self) -> slicesched_engine::Sla {
+        *self.sla.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A running live cluster.
@@ -97,6 +107,9 @@ pub struct Cluster {
     pub policy_shape: (slicesched_policy::ReplicaMode, bool),
     pub metrics: Arc<crate::telemetry::Metrics>,
     stopping: AtomicBool,
+    /// What the history writer stored or let go while serving.
+    pub history: Arc<history::HistoryStats>,
+    writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Why a request was not taken.
@@ -128,7 +141,7 @@ impl Ticket {
     pub fn finish(&mut self, f: &Finished) {
         self.ended = true;
         let t = &self.cluster.tenants[self.tenant];
-        self.cluster.metrics.live.ended(&t.model_id, &t.name, f, &t.sla);
+        self.cluster.metrics.live.ended(&t.model_id, &t.name, f, &t.sla());
     }
 }
 
@@ -195,13 +208,30 @@ impl Cluster {
         self.tenants.iter().position(|t| t.model_id == model_id)
     }
 
+    /// A registered tenant's SLA changed: the tenant's requests from now on are judged
+    /// against it (the loop's targets and the metrics' verdicts alike). False when the
+    /// tenant is not served here.
+    pub fn set_sla(&self, tenant_id: Uuid, sla: slicesched_engine::Sla) -> bool {
+        let Some(i) = self.tenant_of(tenant_id) else { return false };
+        *self.tenants[i].sla.lock().unwrap_or_else(|e| e.into_inner()) = sla;
+        let _ = self.tx.send(Cmd::Sla(i as u32, sla));
+        true
+    }
+
     /// Stops taking requests, lets in-flight ones finish (for the drain time), fails the
-    /// rest and waits for the loop to end.
+    /// rest and waits for the loop to end and the history writer to finish what it holds.
     async fn stop(self: Arc<Self>) -> Option<slicesched_sim::ReplayResult> {
         self.stopping.store(true, Ordering::Relaxed);
         let _ = self.tx.send(Cmd::Stop);
         let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        tokio::task::spawn_blocking(move || handle.join().ok().flatten()).await.ok().flatten()
+        let served = tokio::task::spawn_blocking(move || handle.join().ok().flatten()).await.ok().flatten();
+        // The final store writes everything again: the writer tries what it holds once.
+        self.history.closing();
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = writer {
+            let _ = w.await;
+        }
+        served
     }
 }
 

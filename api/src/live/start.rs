@@ -3,6 +3,7 @@
 //! against the service's budget before any weight exists, then the loop's thread.
 
 use super::cluster::{self, Plan, Shared};
+use super::history;
 use super::{Cluster, Live, LiveConfig, ServedTenant, Snapshot};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -16,21 +17,22 @@ use uuid::Uuid;
 /// Nominal memory of a device (the cluster's A100-80GB).
 const DEVICE_BYTES: f64 = 80e9;
 
-async fn registered(state: &AppState, cfg: &LiveConfig) -> Result<Vec<(Uuid, Sla)>, ApiError> {
+/// Each served tenant's id, SLA version in force and SLA.
+async fn registered(state: &AppState, cfg: &LiveConfig) -> Result<Vec<(Uuid, i32, Sla)>, ApiError> {
     let mut out = Vec::new();
     for (i, t) in cfg.tenants.iter().enumerate() {
-        let row: Option<(Uuid, f64, f64, f64)> = sqlx::query_as(
-            "select t.id, s.ttft_ms, s.ttft_ms_per_1k, s.tpot_ms from tenants t \
+        let row: Option<(Uuid, i32, f64, f64, f64)> = sqlx::query_as(
+            "select t.id, s.version, s.ttft_ms, s.ttft_ms_per_1k, s.tpot_ms from tenants t \
              join lateral (select * from sla_versions v where v.tenant_id = t.id order by version desc limit 1) s \
              on true where t.name = $1 and t.removed_at is null",
         )
         .bind(&t.name)
         .fetch_optional(&state.db)
         .await?;
-        let (id, ttft_ms, ttft_ms_per_1k, tpot_ms) = row.ok_or_else(|| {
+        let (id, version, ttft_ms, ttft_ms_per_1k, tpot_ms) = row.ok_or_else(|| {
             ApiError::invalid(format!("tenants[{i}].name"), format!("no registered tenant named `{}`", t.name))
         })?;
-        out.push((id, Sla { ttft_ms, ttft_ms_per_1k, tpot_ms }));
+        out.push((id, version, Sla { ttft_ms, ttft_ms_per_1k, tpot_ms }));
     }
     Ok(out)
 }
@@ -68,8 +70,9 @@ fn models(
     Ok(out)
 }
 
-/// Starts the configured cluster; 409 when one runs.
-pub async fn start(state: &AppState, cfg: LiveConfig) -> Result<Arc<Cluster>, ApiError> {
+/// Starts the configured cluster, a run of kind `live` from now on (`actor` starts it);
+/// 409 when one runs.
+pub async fn start(state: &AppState, cfg: LiveConfig, actor: &str) -> Result<Arc<Cluster>, ApiError> {
     let live: &Live = &state.live;
     let _g = live.busy.lock().await;
     if live.current().is_some() {
@@ -92,15 +95,14 @@ pub async fn start(state: &AppState, cfg: LiveConfig) -> Result<Arc<Cluster>, Ap
     let (st, c) = (state.clone(), cfg.clone());
     let resolved =
         tokio::task::spawn_blocking(move || models(&st, &c)).await.map_err(|e| ApiError::Internal(e.to_string()))??;
-    let specs: Vec<(String, Sla)> = resolved.iter().zip(&regs).map(|(m, r)| (m.0.clone(), r.1)).collect();
+    let specs: Vec<(String, Sla)> = resolved.iter().zip(&regs).map(|(m, r)| (m.0.clone(), r.2)).collect();
     let scn = cluster::scenario(&cfg, devices, &specs).map_err(|e| ApiError::invalid("tenants", e))?;
-    let policy = match crate::policies::instantiate(&state.db, &cfg.policy).await {
-        Ok(crate::policies::Instance::Native(p)) => p,
-        Ok(crate::policies::Instance::Plugin { policy, .. }) => policy as Box<dyn slicesched_policy::Policy>,
+    let (policy, watched) = match crate::policies::instantiate(&state.db, &cfg.policy).await {
+        Ok(i) => super::watch::watch(i),
         Err(e) => return Err(ApiError::invalid("policy", e)),
     };
     let mut tenants = Vec::new();
-    for (i, ((t, (id, _)), (_, model, _))) in cfg.tenants.iter().zip(&regs).zip(&resolved).enumerate() {
+    for (i, ((t, (id, _, _)), (_, model, _))) in cfg.tenants.iter().zip(&regs).zip(&resolved).enumerate() {
         let ceiling = ExecModel::new(model.clone()).numerics.max_positions as u32;
         let max_model_len = t.max_model_len.unwrap_or(ceiling);
         if max_model_len > ceiling {
@@ -122,7 +124,7 @@ pub async fn start(state: &AppState, cfg: LiveConfig) -> Result<Arc<Cluster>, Ap
             kv_blocks: scn.tenants[i].kv_blocks,
             block_size: scn.tenants[i].engine.block_size,
             vocab: model.vocab_size as usize,
-            sla: regs[i].1,
+            sla: Mutex::new(regs[i].2),
         });
     }
     for (i, t) in tenants.iter().enumerate() {
@@ -160,26 +162,45 @@ pub async fn start(state: &AppState, cfg: LiveConfig) -> Result<Arc<Cluster>, Ap
     .map_err(|e| ApiError::invalid("tenants", e))?;
     let policy_shape = (policy.replicas(), policy.spatial_sharing());
     let switch = slicesched_policy::SwitchHandle::default();
-    let plan = Plan { config: cfg.clone(), scenario: scn, models: weights, policy, switch: switch.clone() };
+    let (id, started_at) = (Uuid::new_v4(), chrono::Utc::now());
+    let slas: Vec<(i32, Sla)> = regs.iter().map(|r| (r.1, r.2)).collect();
+    let opening = history::Opening { id, config: &cfg, tenants: &tenants, slas: &slas, started_at, actor };
+    history::open(&state.db, opening).await?;
+    let stats = Arc::new(history::HistoryStats::default());
+    let names = tenants.iter().map(|t| t.name.clone()).collect();
+    let (wtx, writer) = history::spawn_writer(state.db.clone(), id, names, stats.clone());
+    let sink = history::Sink::new(wtx, stats.clone());
+    let plan =
+        Plan { config: cfg.clone(), scenario: scn, models: weights, policy, switch: switch.clone(), history: sink };
     let shared = Arc::new(Shared { queued: AtomicU32::new(0), snapshot: std::sync::Mutex::new(Snapshot::default()) });
     let (tx, rx) = std::sync::mpsc::channel();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let sh = shared.clone();
-    let thread = std::thread::Builder::new()
+    let failed = |e: String| async move {
+        let why = format!("the cluster could not start: {e}");
+        let _ = crate::db::runs::finish(&state.db, id, crate::db::runs::RunStatus::Failed, Some(&why)).await;
+        why
+    };
+    let thread = match std::thread::Builder::new()
         .name("live-cluster".into())
         .spawn(move || cluster::run(plan, rx, sh, ready_tx))
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    {
+        Ok(t) => t,
+        Err(e) => return Err(ApiError::Internal(failed(e.to_string()).await)),
+    };
     match ready_rx.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-            return Err(ApiError::invalid("tenants", format!("the cluster could not start: {e}")));
+            return Err(ApiError::invalid("tenants", failed(e).await));
         }
-        Err(_) => return Err(ApiError::Internal("the live cluster's thread ended while starting".into())),
+        Err(_) => {
+            let why = failed("its thread ended while starting".into()).await;
+            return Err(ApiError::Internal(why));
+        }
     }
-    let started_at = chrono::Utc::now();
     let cluster = Arc::new(Cluster {
-        id: Uuid::new_v4(),
+        id,
         policy: Mutex::new(cfg.policy.clone()),
         config: cfg,
         tenants,
@@ -193,7 +214,12 @@ pub async fn start(state: &AppState, cfg: LiveConfig) -> Result<Arc<Cluster>, Ap
         policy_shape,
         metrics: state.metrics.clone(),
         stopping: AtomicBool::new(false),
+        history: stats,
+        writer: Mutex::new(Some(writer)),
     });
+    if let Some((plugin, rx)) = watched {
+        super::watch::write_back_when_told(state, &cluster, plugin, rx);
+    }
     live.install(cluster.clone());
     Ok(cluster)
 }

@@ -14,7 +14,9 @@ use slicesched_model::ModelConfig;
 use sqlx::PgPool;
 use std::time::{Duration, Instant};
 
-async fn serve(pool: PgPool) -> (String, axum::Router) {
+mod history;
+
+pub(crate) async fn serve(pool: PgPool) -> (String, axum::Router) {
     let app = slicesched_api::app(state(pool).await);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -24,7 +26,7 @@ async fn serve(pool: PgPool) -> (String, axum::Router) {
 }
 
 /// alpha: tiny-2l (seed 1) on device 0; beta: tiny-4l (seed 2) on device 1.
-fn cluster(extra: Value) -> Value {
+pub(crate) fn cluster(extra: Value) -> Value {
     let mut c = json!({
         "devices": "cpu:2",
         "policy": "dedicated",
@@ -52,7 +54,7 @@ fn cluster(extra: Value) -> Value {
 }
 
 /// Registers alpha and beta and starts the cluster; returns their keys.
-async fn start(app: &axum::Router, extra: Value) -> (String, String) {
+pub(crate) async fn start(app: &axum::Router, extra: Value) -> (String, String) {
     let (_, ka) = tenant(app, "alpha").await;
     let (_, kb) = tenant(app, "beta").await;
     let (s, v) = post(app, "/api/v1/live", ADMIN, cluster(extra)).await;
@@ -61,7 +63,7 @@ async fn start(app: &axum::Router, extra: Value) -> (String, String) {
 }
 
 /// Greedy tokens of an offline run: one prefill of the prompt, then decodes.
-fn offline(preset: &str, seed: u64, prompt: &str, n: usize) -> Vec<i32> {
+pub(crate) fn offline(preset: &str, seed: u64, prompt: &str, n: usize) -> Vec<i32> {
     let mut m = ExecModel::new(ModelConfig::preset(preset).unwrap());
     m.numerics.max_positions = 4096;
     let w = HostWeights::random(&m, seed);
@@ -82,16 +84,16 @@ fn offline(preset: &str, seed: u64, prompt: &str, n: usize) -> Vec<i32> {
 }
 
 /// The text the server streams: each token decoded on its own.
-fn text_of(ids: &[i32]) -> String {
+pub(crate) fn text_of(ids: &[i32]) -> String {
     ids.iter().map(|&t| ByteTokenizer::decode(&[t])).collect()
 }
 
-fn ids(v: &Value) -> Vec<i32> {
+pub(crate) fn ids(v: &Value) -> Vec<i32> {
     v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect()
 }
 
 /// The `data:` payloads of an SSE body read so far, and the unfinished rest.
-fn events(buf: &mut String) -> Vec<String> {
+pub(crate) fn events(buf: &mut String) -> Vec<String> {
     let mut out = Vec::new();
     while let Some(i) = buf.find("\n\n") {
         let block: String = buf.drain(..i + 2).collect();
@@ -104,7 +106,7 @@ fn events(buf: &mut String) -> Vec<String> {
     out
 }
 
-async fn read_stream(mut resp: reqwest::Response) -> Vec<String> {
+pub(crate) async fn read_stream(mut resp: reqwest::Response) -> Vec<String> {
     let (mut buf, mut all) = (String::new(), Vec::new());
     while let Some(c) = resp.chunk().await.unwrap() {
         buf += &String::from_utf8_lossy(&c);
@@ -113,7 +115,7 @@ async fn read_stream(mut resp: reqwest::Response) -> Vec<String> {
     all
 }
 
-async fn live_status(app: &axum::Router) -> Value {
+pub(crate) async fn live_status(app: &axum::Router) -> Value {
     let (s, v) = get(app, "/api/v1/live", ADMIN).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     v
@@ -121,7 +123,7 @@ async fn live_status(app: &axum::Router) -> Value {
 
 /// The live status once `until` holds of alpha's figures (the loop publishes them every
 /// 50 ms); panics after 10 s.
-async fn alpha_until(app: &axum::Router, until: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn alpha_until(app: &axum::Router, until: impl Fn(&Value) -> bool) -> Value {
     let t0 = Instant::now();
     loop {
         let st = live_status(app).await;

@@ -4,7 +4,8 @@
 //! [`crate::replay_with`]; only where arrivals and time come from differs.
 
 use crate::replay::{ReplayOptions, ReplayResult, Sim};
-use crate::{End, OpExecutor, RequestRecord, Scenario};
+use crate::{End, OpExecutor, RequestRecord, Scenario, Summary, TimeSeries};
+use slicesched_engine::Sla;
 use slicesched_cost::CostModel;
 use slicesched_policy::Policy;
 use std::cmp::Reverse;
@@ -23,6 +24,9 @@ pub struct EngineState {
 /// A simulator whose requests and clock come from its caller.
 pub struct LiveSim<'a> {
     sim: Sim<'a>,
+    /// Each tenant's SLA in force: new arrivals are judged against it (it may change
+    /// while serving).
+    slas: Vec<Sla>,
 }
 
 impl<'a> LiveSim<'a> {
@@ -36,7 +40,8 @@ impl<'a> LiveSim<'a> {
     ) -> Self {
         let mut sim = Sim::new(scn, policy, cost, opts, exec);
         sim.records.clear();
-        Self { sim }
+        let slas = scn.tenants.iter().map(|t| t.sla).collect();
+        Self { sim, slas }
     }
 
     /// The loop's clock (ns).
@@ -70,7 +75,7 @@ impl<'a> LiveSim<'a> {
     /// refused (it could never fit the tenant's KV cache).
     pub fn arrive(&mut self, tenant: u32, prompt_tokens: u32, output_tokens: u32) -> Result<u32, &RequestRecord> {
         let sim = &mut self.sim;
-        let sla = &sim.scn.tenants[tenant as usize].sla;
+        let sla = &self.slas[tenant as usize];
         let idx = sim.records.len();
         sim.records.push(RequestRecord {
             id: idx as u32,
@@ -97,6 +102,23 @@ impl<'a> LiveSim<'a> {
     pub fn end(&mut self, req: u32, end: End) {
         self.sim.ends.push((req, end));
         self.sim.apply_ends();
+    }
+
+    /// The tenant's SLA changed: requests arriving from now on are judged against `sla`.
+    pub fn set_sla(&mut self, tenant: u32, sla: Sla) {
+        if let Some(s) = self.slas.get_mut(tenant as usize) {
+            *s = sla;
+        }
+    }
+
+    /// The figures so far, over the requests that ended (finished or dropped).
+    pub fn summary(&self) -> Summary {
+        self.sim.summarize_records(self.sim.now.max(1), true)
+    }
+
+    /// The per-second series so far (its last bucket still filling).
+    pub fn series(&self) -> &TimeSeries {
+        &self.sim.series
     }
 
     pub fn record(&self, req: u32) -> Option<&RequestRecord> {

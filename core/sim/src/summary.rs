@@ -74,6 +74,13 @@ pub fn dropped_by_reason(records: &[RequestRecord]) -> Vec<(String, u64)> {
 
 impl Sim<'_> {
     pub(crate) fn summarize(&self, end: u64) -> Summary {
+        self.summarize_records(end, false)
+    }
+
+    /// With `ended_only`, requests still in service are left out (a live server's figures
+    /// while it serves: an unfinished request is not yet a drop nor a violation).
+    pub(crate) fn summarize_records(&self, end: u64, ended_only: bool) -> Summary {
+        let keep = |r: &&RequestRecord| !ended_only || r.finish_ns.is_some() || r.dropped.is_some();
         let dur_s = end as f64 / 1e9;
         let tenants: Vec<TenantStats> = self
             .scn
@@ -91,7 +98,7 @@ impl Sim<'_> {
                     ttft_ms: ttft,
                     tpot_ms: tpot,
                     ..
-                } = RequestStats::of(self.records.iter().filter(|r| r.tenant as usize == i), dur_s);
+                } = RequestStats::of(self.records.iter().filter(keep).filter(|r| r.tenant as usize == i), dur_s);
                 TenantStats {
                     name: t.name.clone(),
                     model: t.model.name.clone(),
@@ -175,7 +182,7 @@ impl Sim<'_> {
             ttft_ms: ttft,
             tpot_ms: tpot,
             ..
-        } = RequestStats::of(self.records.iter(), dur_s);
+        } = RequestStats::of(self.records.iter().filter(keep), dur_s);
         let reasons = dropped_by_reason(&self.records);
         Summary {
             policy: self.policy.name().to_string(),

@@ -11,6 +11,9 @@ import { exportPanel } from './export';
 import { requestsTable, schedulingPanel } from './requests';
 import type { Page } from './page';
 
+/** How often a queued or running run is fetched again. */
+const POLL_MS = 2000;
+
 export const runPage: Page = async (main, ctx) => {
   const id = ctx.route.path[1];
   let timer = 0;
@@ -20,16 +23,25 @@ export const runPage: Page = async (main, ctx) => {
   main.append(head, body);
 
   let rendered = false;
+  let liveBox: HTMLElement | null = null;
   const load = async (): Promise<void> => {
     const run = await api<Run>(`/runs/${id}`);
     if (run.kind === 'sweep' && run.status === 'succeeded') return go(`/compare?run=${id}`);
     clear(head);
     head.append(header(run));
-    const live = run.status === 'queued' || run.status === 'running';
-    if (live) {
-      timer = window.setTimeout(() => void load().catch(() => undefined), 2000);
+    const pending = run.status === 'queued' || run.status === 'running';
+    if (pending) timer = window.setTimeout(() => void load().catch(() => undefined), POLL_MS);
+    // Traffic served live is stored as it ends: its figures refresh at every poll.
+    if (run.kind === 'live' && run.status === 'running') {
+      if (!liveBox) {
+        liveBox = h('div', { 'data-testid': 'live-figures' }, loading('Waiting for the first requests to end…'));
+        body.replaceChildren(h('p', { class: 'hint', 'data-testid': 'live-note' },
+          `Served live: the figures below cover the requests that ended and refresh every ${POLL_MS / 1000} s.`), liveBox);
+      }
+      if (run.summary) await liveFigures(liveBox, run, run.summary as Summary).catch((e) => liveBox?.replaceChildren(errorBox(e)));
       return;
     }
+    if (pending) return;
     if (rendered) return;
     rendered = true;
     clear(body);
@@ -52,10 +64,15 @@ function header(run: Run): HTMLElement {
       h('h1', null, `Run ${shortId(run.id)} `, h('small', { 'data-testid': 'run-label' }, `${run.kind} · ${runLabel(run)}`)),
       fb ? h('div', { class: 'state state-warn', style: WARN_BOX, role: 'note', 'data-testid': 'fallback-note' },
         h('b', null, 'Succeeded with fallback. '), `${fb}. Its figures are partly the fallback’s, not the plugin’s.`) : null,
-      h('div', { class: 'meta' }, run.fallback ? fallbackBadge() : badge(run.status), ' created ', when(run.created_at),
+      h('div', { class: 'meta' }, run.fallback ? fallbackBadge() : badge(run.status),
+        run.kind === 'live' ? h('span', { class: 'badge badge-live', 'data-testid': 'live-badge' }, 'live') : null,
+        ' created ', when(run.created_at),
         run.finished_at ? ` · finished ${when(run.finished_at)}` : '',
-        s ? ` · simulated ${num(s.duration_s)} s, ${num(s.requests)} requests` : '')),
-    run.status === 'queued' || run.status === 'running' ? progressBar(run.progress, run.status, run.kind) : null,
+        s && run.kind === 'live'
+          ? h('span', { 'data-testid': 'live-served' }, ` · served ${num(s.duration_s)} s, ${num(s.requests)} requests ended`)
+          : s ? ` · simulated ${num(s.duration_s)} s, ${num(s.requests)} requests` : '')),
+    (run.status === 'queued' || run.status === 'running') && run.kind !== 'live'
+      ? progressBar(run.progress, run.status, run.kind) : null,
     run.status === 'succeeded' && run.kind === 'replay'
       ? h('a', { class: 'btn btn-primary', href: `#/runs/${run.id}/timeline` }, 'Open timeline') : null);
 }
@@ -85,12 +102,22 @@ export function paramsPanel(run: Run): HTMLElement {
   return h('div', { 'data-testid': 'run-params' }, table(['Parameter', 'Value'], rows, 'params'));
 }
 
-async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
+/** A live run's figures so far, swapped in whole once the series and histograms arrived. */
+async function liveFigures(box: HTMLElement, run: Run, s: Summary): Promise<void> {
+  const [series, lat] = await Promise.all([api<Series>(`/runs/${run.id}/series`), api<RunLatency>(`/runs/${run.id}/latency`)]);
+  box.replaceChildren(cards(run, s),
+    section('Over time', h('div', { class: 'grid2' }, ...seriesCharts(series, { targets: null }))),
+    section('Latency distributions', h('div', { class: 'grid2' }, ...distributions(lat))),
+    section('Tenants against their SLA', tenantTable(s, null)),
+    section('GPUs: busy fraction and idle gaps', gpuPanel(s)));
+}
+
+function cards(run: Run, s: Summary): HTMLElement {
   const dur = s.duration_s || 1;
   // Violation targets are the run's own (a sweep's); a replay without any is not judged.
   const targets = run.violation_targets ?? null;
   const metOk = s.completed * (1 - s.violation_rate);
-  body.append(h('div', { class: 'cards', 'data-testid': 'summary-cards' },
+  return h('div', { class: 'cards', 'data-testid': 'summary-cards' },
     card('Output throughput', tokPerS(s.output_tokens_per_s), 'generated tokens', '', s.output_tokens_per_s),
     card('Prompt throughput', tokPerS(s.prompt_tokens_per_s), 'prefilled tokens', '', s.prompt_tokens_per_s),
     card('Goodput', `${num(metOk / dur)} req/s`, `requests within SLA per second: ${num(Math.round(metOk))} of ${num(s.requests)}`),
@@ -100,7 +127,12 @@ async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
     card('TTFT p50 / p99', `${ms(s.ttft_p50_ms)} / ${ms(s.ttft_p99_ms)}`),
     card('TPOT p50 / p99', `${ms(s.tpot_p50_ms)} / ${ms(s.tpot_p99_ms)}`),
     card('OOM events', String(s.oom_events), s.oom_events === 0 ? 'memory safety held' : 'must never happen', s.oom_events === 0 ? 'good' : 'bad', s.oom_events),
-    card('GPU busy', pct(s.gpu_busy_fraction, 1), s.scheduling ? `${num(s.scheduling.borrowed_ops)} ops borrowed idle slices` : undefined)));
+    card('GPU busy', pct(s.gpu_busy_fraction, 1), s.scheduling ? `${num(s.scheduling.borrowed_ops)} ops borrowed idle slices` : undefined));
+}
+
+async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
+  const targets = run.violation_targets ?? null;
+  body.append(cards(run, s));
 
   const seriesBox = h('div', { class: 'grid2' }, loading('Loading the time series…'));
   const distBox = h('div', { class: 'grid2' }, loading('Loading the latency histograms…'));

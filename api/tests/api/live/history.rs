@@ -1,0 +1,192 @@
+//! Issue 20, while serving: live traffic reaches the history tables as it is served (a
+//! run of kind `live`, `running`, with records, series and figures that grow, tenants'
+//! statistics including it, judged against the tenant's current SLA); a policy switch
+//! mid-traffic loses nothing; a hostile plugin switched in is quarantined, written back,
+//! while traffic goes on under the fallback.
+
+use super::*;
+
+/// Registers alpha and beta, starts the cluster: (alpha's id, alpha's key, beta's key,
+/// the live run's id).
+async fn started(app: &axum::Router, extra: Value) -> (String, String, String, String) {
+    let (ida, ka) = tenant(app, "alpha").await;
+    let (_, kb) = tenant(app, "beta").await;
+    let (s, v) = post(app, "/api/v1/live", ADMIN, cluster(extra)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    (ida, ka, kb, v["id"].as_str().unwrap().to_string())
+}
+
+async fn complete(c: &reqwest::Client, base: &str, key: &str, model: &str, prompt: &str, n: u32) -> Value {
+    let body = json!({"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "return_token_ids": true});
+    let r = c.post(format!("{base}/v1/completions")).bearer_auth(key).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+/// GET `path` until `until` holds (the writer flushes every second); panics after 60 s.
+async fn poll(app: &axum::Router, path: &str, until: impl Fn(&Value) -> bool) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let (s, v) = get(app, path, ADMIN).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {v}");
+        if until(&v) {
+            return v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{path} never got there: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn live_traffic_is_stored_while_it_is_served(pool: PgPool) {
+    let (base, app) = serve(pool.clone()).await;
+    let (alpha, ka, kb, id) = started(&app, json!({})).await;
+    let run_path = format!("/api/v1/runs/{id}");
+    let (s, run) = get(&app, &run_path, ADMIN).await;
+    assert_eq!(s, StatusCode::OK, "{run}");
+    assert_eq!((run["kind"].as_str(), run["status"].as_str()), (Some("live"), Some("running")), "{run}");
+    let c = reqwest::Client::new();
+    for (k, m) in [(&ka, "tiny-2l"), (&kb, "tiny-4l"), (&ka, "tiny-2l")] {
+        complete(&c, &base, k, m, "remember me", 6).await;
+    }
+    // The cluster still serves; its run already holds what ended, and its figures.
+    let run = poll(&app, &run_path, |r| r["summary"]["completed"] == 3).await;
+    assert_eq!(run["status"], "running");
+    let reqs = poll(&app, &format!("{run_path}/requests"), |v| v["items"].as_array().unwrap().len() == 3).await;
+    assert!(reqs["items"].as_array().unwrap().iter().all(|r| r["dropped"].is_null() && r["output_tokens"] == 6));
+    let series = poll(&app, &format!("{run_path}/series"), |v| {
+        v["output_tokens"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).sum::<i64>() == 18
+    })
+    .await;
+    assert_eq!(series["gpu_busy_ns"].as_array().unwrap().len(), 2, "{series}");
+    // The tenant's statistics include the live run, with its SLA in force.
+    let (_, stats) = get(&app, &format!("/api/v1/tenants/{alpha}/stats"), &ka).await;
+    let live: Vec<&Value> = stats["runs"].as_array().unwrap().iter().filter(|r| r["run_id"] == json!(id)).collect();
+    assert_eq!(live.len(), 1, "{stats}");
+    assert_eq!((live[0]["stats"]["completed"].as_u64(), live[0]["sla_version"].as_i64()), (Some(2), Some(1)));
+
+    // A new SLA judges alpha's requests from then on: one no request can meet.
+    let strict = json!({"ttft_ms": 0.001, "tpot_ms": 0.001});
+    let (s, v) = call(&app, axum::http::Method::PUT, &format!("/api/v1/tenants/{alpha}/sla"), Some(&ka), Some(strict))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    complete(&c, &base, &ka, "tiny-2l", "judge me", 4).await;
+    let reqs = poll(&app, &format!("{run_path}/requests?tenant=alpha"), |v| {
+        v["items"].as_array().unwrap().len() == 3
+    })
+    .await;
+    let last = reqs["items"].as_array().unwrap().iter().max_by_key(|r| r["id"].as_i64()).unwrap().clone();
+    assert_eq!((last["violated"].as_bool(), last["ttft_target_ms"].as_f64()), (Some(true), Some(0.001)), "{last}");
+    let (_, stats) = get(&app, &format!("/api/v1/tenants/{alpha}/stats"), &ka).await;
+    let live = stats["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == json!(id)).unwrap().clone();
+    assert_eq!((live["sla_version"].as_i64(), live["sla_tpot_ms"].as_f64()), (Some(2), Some(0.001)), "{live}");
+
+    // The stop completes the run: every record, nothing lost on the way.
+    let (s, v) = call(&app, axum::http::Method::DELETE, "/api/v1/live", Some(ADMIN), None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["history"]["records_dropped"], 0, "{v}");
+    assert!(v["history"]["records_written"].as_u64().unwrap() >= 3, "{v}");
+    let (_, run) = get(&app, &run_path, ADMIN).await;
+    assert_eq!((run["status"].as_str(), run["summary"]["completed"].as_u64()), (Some("succeeded"), Some(4)), "{run}");
+    let (n,): (i64,) = sqlx::query_as("select count(*) from run_requests where run_id = $1::uuid")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 4);
+    // A live run is ended by stopping its cluster, never by cancelling the run.
+    let (s, _) = post(&app, &format!("{run_path}/cancel"), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+}
+
+/// Once alpha has a request in service (generous: the machine may be busy building).
+async fn alpha_serving(app: &axum::Router) {
+    poll(app, "/api/v1/live", |st| st["now"]["tenants"][0]["in_service"].as_u64() > Some(0)).await;
+}
+
+/// Alpha's and beta's greedy answers, each request on its own task, while `during` runs.
+async fn traffic_during(base: &str, ka: &str, kb: &str, during: impl std::future::Future<Output = ()>) -> Vec<Value> {
+    let c = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let (c, base) = (c.clone(), base.to_string());
+        let (k, m) = if i % 2 == 0 { (ka.to_string(), "tiny-2l") } else { (kb.to_string(), "tiny-4l") };
+        tasks.push(tokio::spawn(async move { complete(&c, &base, &k, m, &format!("request {i}"), 24).await }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    during.await;
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// Every answer is whole and equals the offline greedy run of its model and seed.
+fn all_greedy(answers: &[Value]) {
+    for (i, v) in answers.iter().enumerate() {
+        let (preset, seed) = if i % 2 == 0 { ("tiny-2l", 1) } else { ("tiny-4l", 2) };
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{i}: {v}");
+        assert_eq!(ids(&v["choices"][0]["token_ids"]), offline(preset, seed, &format!("request {i}"), 24), "{i}");
+    }
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_policy_switch_mid_traffic_loses_nothing(pool: PgPool) {
+    let (base, app) = serve(pool.clone()).await;
+    // pooled and timeslice plan the same deployment (serving replicas, no device sharing).
+    let (_, ka, kb, id) = started(&app, json!({"policy": "pooled"})).await;
+    let switch = async {
+        alpha_serving(&app).await;
+        let body = json!({"policy": "timeslice"});
+        let (s, v) = call(&app, axum::http::Method::PUT, "/api/v1/live/policy", Some(ADMIN), Some(body)).await;
+        assert_eq!((s, v["policy"].as_str()), (StatusCode::OK, Some("timeslice")), "{v}");
+    };
+    let answers = traffic_during(&base, &ka, &kb, switch).await;
+    all_greedy(&answers);
+    let (s, v) = call(&app, axum::http::Method::DELETE, "/api/v1/live", Some(ADMIN), None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let t = &v["now"]["tenants"];
+    assert_eq!((t[0]["completed"].as_u64(), t[1]["completed"].as_u64()), (Some(3), Some(3)), "{v}");
+    assert_eq!((t[0]["dropped"].as_u64(), t[1]["dropped"].as_u64()), (Some(0), Some(0)), "{v}");
+    let (n,): (i64,) = sqlx::query_as("select count(*) from audit_log where action = 'live.policy' and target = $1")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let (_, run) = get(&app, &format!("/api/v1/runs/{id}"), ADMIN).await;
+    assert_eq!(run["policies"], json!(["timeslice"]), "{run}");
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_hostile_plugin_switched_in_is_quarantined_while_traffic_continues(pool: PgPool) {
+    let (base, app) = serve(pool.clone()).await;
+    let (s, p) = send(&app, crate::plugins::upload("application/wasm", crate::plugins::hostile("panic"))).await;
+    assert_eq!(s, StatusCode::CREATED, "{p}");
+    let plugin = p["id"].as_str().unwrap().to_string();
+    let (s, v) = post(&app, &format!("/api/v1/plugins/{plugin}/activate"), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, ka, kb, id) = started(&app, json!({})).await;
+    let switch = async {
+        alpha_serving(&app).await;
+        let body = json!({"policy": "hostile"});
+        let (s, v) = call(&app, axum::http::Method::PUT, "/api/v1/live/policy", Some(ADMIN), Some(body)).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    };
+    // It panics on every batch: the host quarantines it, every request still completes.
+    let answers = traffic_during(&base, &ka, &kb, switch).await;
+    all_greedy(&answers);
+    let p = poll(&app, &format!("/api/v1/plugins/{plugin}"), |p| p["state"] == "quarantined").await;
+    assert_eq!(p["state"], "quarantined");
+    let (_, audit) = get(&app, &format!("/api/v1/audit?action=plugin.quarantine&target={plugin}"), ADMIN).await;
+    let items = audit["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{audit}");
+    assert_eq!((items[0]["actor"].clone(), items[0]["detail"]["run_id"].clone()), (json!(format!("system:run:{id}")), json!(id)));
+    assert!(items[0]["detail"]["cause"].as_str().unwrap().contains("trapped in `place`"), "{audit}");
+    // Serving goes on under the fallback.
+    let st = live_status(&app).await;
+    assert_eq!(st["policy"], "dedicated", "{st}");
+    complete(&reqwest::Client::new(), &base, &ka, "tiny-2l", "after", 3).await;
+    assert_eq!(call(&app, axum::http::Method::DELETE, "/api/v1/live", Some(ADMIN), None).await.0, StatusCode::OK);
+}
