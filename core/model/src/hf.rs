@@ -191,8 +191,9 @@ fn window(c: &Keys, family: &str, m: &mut ModelConfig) -> Result<(), ModelError>
         }
     }
     let (size, windowed) = match family {
-        // Mistral's class default is a 4096 window; Mixtral's is none.
-        "mistral" => (c.get("sliding_window").map_or(Some(4096), |_| size), layers),
+        // Mistral's class default is a 4096 window (a key left out); `null` is none
+        // (v0.2 on). Mixtral's default is none.
+        "mistral" => (if c.map.contains_key("sliding_window") { size } else { Some(4096) }, layers),
         "mixtral" | "llama" => (size, layers),
         // Qwen windows only the layers from `max_window_layers` on, and only when asked.
         "qwen2" | "qwen3" | "qwen3_moe" => match c.bool("use_sliding_window")?.unwrap_or(false) {

@@ -98,6 +98,18 @@ fn cost_neutral_keys_are_documented_in_the_readme() {
 }
 
 #[test]
+fn mistral_window_null_is_none_and_absent_is_the_default() {
+    let v01 = fixture("mistral-7b-v0.1");
+    let v02 = v01.replace("\"sliding_window\": 4096", "\"sliding_window\": null");
+    let m = ModelConfig::from_hf_json(&v02, "c.json", "x").unwrap();
+    assert_eq!(m.sliding_window, None);
+    assert_eq!(m.weight_bytes_per_gpu(1), ModelConfig::preset("mistral-7b").unwrap().weight_bytes_per_gpu(1));
+    let absent = v01.replace("  \"sliding_window\": 4096,\n", "");
+    assert!(!absent.contains("sliding_window"));
+    assert_eq!(ModelConfig::from_hf_json(&absent, "c.json", "x").unwrap().kv_window(), Some(4096));
+}
+
+#[test]
 fn qwen_window_only_when_asked() {
     let text = fixture("qwen3-8b")
         .replace("\"use_sliding_window\": false", "\"use_sliding_window\": true")
