@@ -162,7 +162,7 @@ impl CostModel {
                 }
                 s
             }
-            OpShape::Collective { bytes, ranks } => match op.kind {
+            OpShape::Collective { bytes, ranks } => match op.kind.cost_class() {
                 OpKind::AllGather => self.net.all_gather_secs(*bytes as f64, *ranks, &dev.group_link),
                 _ => self.net.all_reduce_secs(*bytes as f64, *ranks, &dev.group_link),
             },
@@ -171,7 +171,7 @@ impl CostModel {
     }
 
     fn exact(&self, op: &OpSpec) -> Option<&Curve> {
-        let key = fit::shape_key(op.kind, &op.shape)?;
+        let key = fit::shape_key(op.kind.cost_class(), &op.shape)?;
         // The LM head is never profiled; a vocab-sized GEMM only matches by accident.
         if op.kind == OpKind::LmHead {
             return None;

@@ -111,6 +111,8 @@ pub struct Engine {
     preemptions: u64,
     /// Requests preempted since the last [`Engine::take_preempted`] (their KV was freed).
     preempted: Vec<SeqId>,
+    /// Most KV tokens a request holds (sliding-window attention), if capped.
+    kv_window: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -138,6 +140,7 @@ impl Engine {
             decode_batches: 0,
             preemptions: 0,
             preempted: Vec::new(),
+            kv_window: None,
         }
     }
 
@@ -193,7 +196,20 @@ impl Engine {
     }
 
     fn blocks_for(&self, tokens: u32) -> u32 {
-        tokens.div_ceil(self.cfg.block_size)
+        match self.kv_window {
+            // A sliding window keeps the last `w` tokens' KV: its blocks, plus the one
+            // the window's start is part-way through.
+            Some(w) if tokens > w => w.div_ceil(self.cfg.block_size) + 1,
+            _ => tokens.div_ceil(self.cfg.block_size),
+        }
+    }
+
+    /// Caps the KV each request holds at a sliding window of `window` tokens (a model
+    /// whose every layer attends at most that far back; see
+    /// `slicesched_model::ModelConfig::kv_window`).
+    pub fn with_kv_window(mut self, window: Option<u32>) -> Self {
+        self.kv_window = window.filter(|&w| w > 0);
+        self
     }
 
     /// Queues a request, unless it could never fit in the KV cache.
@@ -575,6 +591,28 @@ mod tests {
                 assert_eq!(shape(&e, next), (1, 1));
             }
         }
+    }
+
+    #[test]
+    fn sliding_window_caps_a_requests_kv() {
+        // 10,000 tokens of context hold 625 blocks, or 257 under a 4096-token window.
+        let mut e = Engine::new(EngineConfig::default(), 300);
+        assert!(matches!(e.add_request(9_000, 1_001), Admission::TooLong { blocks_needed: 625, .. }));
+        let mut e = Engine::new(EngineConfig::default(), 300).with_kv_window(Some(4096));
+        assert!(matches!(e.add_request(9_000, 1_001), Admission::Queued(_)));
+        let mut held = 0;
+        while let Some(b) = e.schedule() {
+            held = held.max(e.kv_blocks_held());
+            e.complete(b, &mut Vec::new());
+        }
+        assert_eq!(held, 4096 / 16 + 1);
+        assert_eq!(e.kv_blocks_free(), 300);
+        // Within the window nothing changes.
+        let mut a = Engine::new(EngineConfig::default(), 300);
+        let mut b = Engine::new(EngineConfig::default(), 300).with_kv_window(Some(4096));
+        a.add_request(1000, 50);
+        b.add_request(1000, 50);
+        assert_eq!(run_to_end(&mut a), run_to_end(&mut b));
     }
 
     #[test]

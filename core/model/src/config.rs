@@ -1,12 +1,13 @@
 //! Model descriptions: presets, Hugging Face `config.json`, Vidur `model_config.yml`.
 
+use crate::arch::{is_default, Act, Biases, Moe, Norm};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// Errors from reading or validating a model description.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("unknown model `{0}` (known presets: {known})", known = PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", "))]
+    #[error("unknown model `{0}` (known presets: {known})", known = preset_names().join(", "))]
     UnknownPreset(String),
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
@@ -14,6 +15,8 @@ pub enum ModelError {
     Parse { path: String, msg: String },
     #[error("{path}: field `{field}`: {msg}")]
     Field { path: String, field: &'static str, msg: String },
+    #[error("{path}: key `{key}` is not modelled: it may change what the model costs (keys known not to: see COST_NEUTRAL_KEYS in slicesched-model, or the README)")]
+    UnknownKey { path: String, key: String },
 }
 
 /// Element type of weights and activations.
@@ -35,7 +38,7 @@ impl Dtype {
             Dtype::Fp8 => 1,
         }
     }
-    fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "bfloat16" | "bf16" => Dtype::Bf16,
             "float16" | "fp16" | "half" => Dtype::Fp16,
@@ -46,7 +49,9 @@ impl Dtype {
     }
 }
 
-/// A decoder-only transformer (Llama family layout: RMSNorm, RoPE, GQA, gated MLP).
+/// A decoder-only transformer. The first fields are the Llama layout (RMSNorm, RoPE,
+/// GQA, gated SiLU MLP); the rest say where a model departs from it, each defaulting to
+/// Llama's choice.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     pub name: String,
@@ -60,6 +65,39 @@ pub struct ModelConfig {
     pub dtype: Dtype,
     /// SwiGLU-style gate and up projections fused into one GEMM of twice the width.
     pub gated_mlp: bool,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub norm: Norm,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub activation: Act,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub biases: Biases,
+    /// The LM head reuses the embedding matrix (held once).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub tie_embeddings: bool,
+    /// Attention and MLP read the same normed input and add to the residual together
+    /// (GPT-J, phi-2): one norm per layer, one residual add.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub parallel_block: bool,
+    /// Dimensions of each head that are rotated (partial rotary); `None`: all of them.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub rotary_dim: Option<u64>,
+    /// ALiBi position biases in attention instead of RoPE.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub alibi: bool,
+    /// Keys a query attends at most (sliding-window attention).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub sliding_window: Option<u32>,
+    /// Layers that use the window (`None`: all; Gemma-2 alternates, half of them).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub window_layers: Option<u64>,
+    /// RMSNorm of each query and key head before RoPE (Qwen3).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub qk_norm: bool,
+    /// Norms after attention and after the MLP too, four per layer (Gemma-2).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub sandwich_norms: bool,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub moe: Option<Moe>,
 }
 
 /// A preset: (name, hidden, heads, kv heads, head dim, intermediate, layers, vocab).
@@ -84,6 +122,24 @@ pub const PRESETS: &[Preset] = &[
     ("tiny-3l-1k", 1024, 16, 4, 64, 2816, 3, 4096),
 ];
 
+/// Presets that depart from the Llama layout, read from their published `config.json`
+/// (`core/model/configs/`, one file per model, verbatim). They are served in bf16 even
+/// where the upload is float32 (Gemma-2), as vLLM's `--dtype auto` does.
+const CONFIG_PRESETS: &[(&str, &str)] = &[
+    ("mixtral-8x7b", include_str!("../configs/mixtral-8x7b.json")),
+    ("qwen3-30b-a3b", include_str!("../configs/qwen3-30b-a3b.json")),
+    ("qwen3-8b", include_str!("../configs/qwen3-8b.json")),
+    ("gemma-2-9b", include_str!("../configs/gemma-2-9b.json")),
+    ("phi-2", include_str!("../configs/phi-2.json")),
+    ("llama-3.1-70b", include_str!("../configs/llama-3.1-70b.json")),
+    ("mistral-7b-v0.1", include_str!("../configs/mistral-7b-v0.1.json")),
+];
+
+/// Every preset's name, the Llama-layout table's first.
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|p| p.0).chain(CONFIG_PRESETS.iter().map(|p| p.0)).collect()
+}
+
 /// Other spellings users and traces use for the presets.
 const ALIASES: &[(&str, &str)] = &[
     ("llama-2-7b-hf", "llama-2-7b"),
@@ -91,7 +147,12 @@ const ALIASES: &[(&str, &str)] = &[
     ("llama-2-70b-hf", "llama-2-70b"),
     ("meta-llama-3-8b", "llama-3-8b"),
     ("meta-llama-3-70b", "llama-3-70b"),
-    ("mistral-7b-v0.1", "mistral-7b"),
+    ("mixtral-8x7b-v0.1", "mixtral-8x7b"),
+    ("mixtral-8x7b-instruct-v0.1", "mixtral-8x7b"),
+    ("meta-llama-3.1-70b", "llama-3.1-70b"),
+    ("llama-3.1-70b-instruct", "llama-3.1-70b"),
+    ("meta-llama-3.1-70b-instruct", "llama-3.1-70b"),
+    ("gemma-2-9b-it", "gemma-2-9b"),
     ("qwen2.5-7b-instruct", "qwen2.5-7b"),
     ("qwen2.5-32b-instruct", "qwen2.5-32b"),
     ("mistral-small-24b-instruct-2501", "mistral-small-24b"),
@@ -100,20 +161,7 @@ const ALIASES: &[(&str, &str)] = &[
 ];
 
 #[derive(Deserialize)]
-struct HfConfig {
-    hidden_size: Option<u64>,
-    num_attention_heads: Option<u64>,
-    num_key_value_heads: Option<u64>,
-    intermediate_size: Option<u64>,
-    num_hidden_layers: Option<u64>,
-    vocab_size: Option<u64>,
-    head_dim: Option<u64>,
-    torch_dtype: Option<String>,
-    #[serde(rename = "_name_or_path")]
-    name_or_path: Option<String>,
-}
-
-#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct VidurConfig {
     num_layers: Option<u64>,
     num_q_heads: Option<u64>,
@@ -122,9 +170,27 @@ struct VidurConfig {
     mlp_hidden_dim: Option<u64>,
     vocab_size: Option<u64>,
     use_gated_mlp: Option<bool>,
+    use_bias: Option<bool>,
+    use_qkv_bias: Option<bool>,
+    activation: Option<String>,
+    norm: Option<String>,
+    /// False for a parallel attention+MLP block (Vidur's phi-2).
+    post_attn_norm: Option<bool>,
+    partial_rotary_factor: Option<f64>,
+    // Read so that they are known; they do not change cost.
+    #[allow(dead_code)]
+    max_position_embeddings: Option<serde_yaml::Value>,
+    #[allow(dead_code)]
+    rope_theta: Option<serde_yaml::Value>,
+    #[allow(dead_code)]
+    rope_scaling: Option<serde_yaml::Value>,
+    #[allow(dead_code)]
+    is_neox_style: Option<serde_yaml::Value>,
+    #[allow(dead_code)]
+    no_tensor_parallel: Option<serde_yaml::Value>,
 }
 
-fn need<T>(path: &str, field: &'static str, v: Option<T>) -> Result<T, ModelError> {
+pub(crate) fn need<T>(path: &str, field: &'static str, v: Option<T>) -> Result<T, ModelError> {
     v.ok_or_else(|| ModelError::Field { path: path.into(), field, msg: "missing".into() })
 }
 
@@ -134,9 +200,21 @@ impl ModelConfig {
         let lower = name.to_ascii_lowercase();
         let lower = lower.rsplit('/').next().unwrap_or(&lower).to_string();
         let key = ALIASES.iter().find(|(a, _)| *a == lower).map(|(_, p)| *p).unwrap_or(&lower);
+        if let Some((n, text)) = CONFIG_PRESETS.iter().find(|p| p.0 == key) {
+            let mut m = Self::from_hf_json(text, &format!("preset {n}"), n)?;
+            m.name = n.to_string();
+            m.dtype = Dtype::Bf16;
+            return Ok(m);
+        }
         let &(n, h, q, kv, d, i, l, v) =
             PRESETS.iter().find(|p| p.0 == key).ok_or_else(|| ModelError::UnknownPreset(name.to_string()))?;
-        Ok(Self {
+        Ok(Self::llama(n, h, q, kv, d, i, l, v))
+    }
+
+    /// A Llama-layout model of these sizes (bf16, gated SiLU MLP, RMSNorm, full RoPE).
+    #[allow(clippy::too_many_arguments)]
+    pub fn llama(n: &str, h: u64, q: u64, kv: u64, d: u64, i: u64, l: u64, v: u64) -> Self {
+        Self {
             name: n.into(),
             hidden_size: h,
             num_attention_heads: q,
@@ -147,7 +225,19 @@ impl ModelConfig {
             vocab_size: v,
             dtype: Dtype::Bf16,
             gated_mlp: true,
-        })
+            norm: Norm::Rms,
+            activation: Act::Silu,
+            biases: Biases::default(),
+            tie_embeddings: false,
+            parallel_block: false,
+            rotary_dim: None,
+            alibi: false,
+            sliding_window: None,
+            window_layers: None,
+            qk_norm: false,
+            sandwich_norms: false,
+            moe: None,
+        }
     }
 
     /// Reads a Hugging Face `config.json` or a Vidur `model_config.yml` (by extension).
@@ -167,54 +257,40 @@ impl ModelConfig {
         }
     }
 
-    /// Parses a Hugging Face `config.json`; `path` only labels errors.
-    pub fn from_hf_json(text: &str, path: &str, name: &str) -> Result<Self, ModelError> {
-        let c: HfConfig =
-            serde_json::from_str(text).map_err(|e| ModelError::Parse { path: path.into(), msg: e.to_string() })?;
-        let hidden = need(path, "hidden_size", c.hidden_size)?;
-        let heads = need(path, "num_attention_heads", c.num_attention_heads)?;
-        let dtype = match c.torch_dtype.as_deref() {
-            None => Dtype::Bf16,
-            Some(s) => Dtype::parse(s).ok_or_else(|| ModelError::Field {
-                path: path.into(),
-                field: "torch_dtype",
-                msg: format!("unsupported dtype `{s}`"),
-            })?,
-        };
-        let cfg = Self {
-            name: c.name_or_path.unwrap_or_else(|| name.to_string()),
-            hidden_size: hidden,
-            num_attention_heads: heads,
-            num_key_value_heads: c.num_key_value_heads.unwrap_or(heads),
-            head_dim: c.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
-            intermediate_size: need(path, "intermediate_size", c.intermediate_size)?,
-            num_hidden_layers: need(path, "num_hidden_layers", c.num_hidden_layers)?,
-            vocab_size: need(path, "vocab_size", c.vocab_size)?,
-            dtype,
-            gated_mlp: true,
-        };
-        cfg.validate(path)?;
-        Ok(cfg)
-    }
-
     /// Parses Vidur's `model_config.yml`; `path` only labels errors.
     pub fn from_vidur_yaml(text: &str, path: &str, name: &str) -> Result<Self, ModelError> {
         let c: VidurConfig =
             serde_yaml::from_str(text).map_err(|e| ModelError::Parse { path: path.into(), msg: e.to_string() })?;
         let hidden = need(path, "embedding_dim", c.embedding_dim)?;
         let heads = need(path, "num_q_heads", c.num_q_heads)?;
-        let cfg = Self {
-            name: name.to_string(),
-            hidden_size: hidden,
-            num_attention_heads: heads,
-            num_key_value_heads: c.num_kv_heads.unwrap_or(heads),
-            head_dim: hidden.checked_div(heads).unwrap_or(0),
-            intermediate_size: need(path, "mlp_hidden_dim", c.mlp_hidden_dim)?,
-            num_hidden_layers: need(path, "num_layers", c.num_layers)?,
-            vocab_size: need(path, "vocab_size", c.vocab_size)?,
-            dtype: Dtype::Fp16,
-            gated_mlp: c.use_gated_mlp.unwrap_or(true),
+        let head_dim = hidden.checked_div(heads).unwrap_or(0);
+        let field = |field, msg: String| ModelError::Field { path: path.into(), field, msg };
+        let mut cfg = Self::llama(
+            name,
+            hidden,
+            heads,
+            c.num_kv_heads.unwrap_or(heads),
+            head_dim,
+            need(path, "mlp_hidden_dim", c.mlp_hidden_dim)?,
+            need(path, "num_layers", c.num_layers)?,
+            need(path, "vocab_size", c.vocab_size)?,
+        );
+        cfg.dtype = Dtype::Fp16;
+        cfg.gated_mlp = c.use_gated_mlp.unwrap_or(true);
+        if let Some(a) = c.activation {
+            cfg.activation = Act::parse(&a).ok_or_else(|| field("activation", format!("unsupported `{a}`")))?;
+        }
+        cfg.norm = match c.norm.as_deref() {
+            None | Some("rms_norm") => Norm::Rms,
+            Some("layer_norm") => Norm::Layer,
+            Some(o) => return Err(field("norm", format!("unsupported `{o}` (rms_norm, layer_norm)"))),
         };
+        let bias = c.use_bias.unwrap_or(false);
+        cfg.biases = Biases { qkv: bias || c.use_qkv_bias.unwrap_or(false), o: bias, mlp: bias, lm_head: false };
+        cfg.parallel_block = !c.post_attn_norm.unwrap_or(true);
+        if let Some(f) = c.partial_rotary_factor {
+            cfg.rotary_dim = crate::hf::rotary_dim(f, head_dim).map_err(|m| field("partial_rotary_factor", m))?;
+        }
         cfg.validate(path)?;
         Ok(cfg)
     }
@@ -228,7 +304,7 @@ impl ModelConfig {
         }
     }
 
-    fn validate(&self, path: &str) -> Result<(), ModelError> {
+    pub(crate) fn validate(&self, path: &str) -> Result<(), ModelError> {
         let bad = |field, msg: &str| Err(ModelError::Field { path: path.into(), field, msg: msg.into() });
         for (field, v) in [
             ("hidden_size", self.hidden_size),
@@ -251,7 +327,74 @@ impl ModelConfig {
         if self.head_dim == 0 {
             return bad("head_dim", "must be positive");
         }
+        if let Some(r) = self.rotary_dim {
+            if r == 0 || r > self.head_dim || r % 2 == 1 {
+                return bad("partial_rotary_factor", "rotary dimensions must be even and within the head");
+            }
+        }
+        if self.sliding_window == Some(0) {
+            return bad("sliding_window", "must be positive");
+        }
+        if self.window_layers.is_some_and(|w| w > self.num_hidden_layers) {
+            return bad("sliding_window", "more windowed layers than layers");
+        }
+        if let Some(m) = self.moe {
+            if m.experts < 2 || m.experts > 4096 {
+                return bad("num_experts", "must be between 2 and 4096");
+            }
+            if m.top_k == 0 || m.top_k > m.experts {
+                return bad("num_experts_per_tok", "must be between 1 and the number of experts");
+            }
+            if m.expert_intermediate == 0 || m.expert_intermediate > 1 << 24 {
+                return bad("moe_intermediate_size", "must be positive and plausible");
+            }
+        }
         Ok(())
+    }
+
+    /// Layers whose attention uses the sliding window.
+    pub fn windowed_layers(&self) -> u64 {
+        match self.sliding_window {
+            None => 0,
+            Some(_) => self.window_layers.unwrap_or(self.num_hidden_layers),
+        }
+    }
+
+    /// The KV tokens one request holds at most, when every layer's attention is
+    /// windowed (a model mixing windowed and global layers keeps all of its context in
+    /// the global ones, so its KV is not capped).
+    pub fn kv_window(&self) -> Option<u32> {
+        self.sliding_window.filter(|_| self.windowed_layers() == self.num_hidden_layers)
+    }
+
+    /// The first way this model departs from the Llama layout, if any (what an executor
+    /// that runs only that layout must refuse).
+    pub fn departure_from_llama(&self) -> Option<&'static str> {
+        Some(if self.moe.is_some() {
+            "mixture-of-experts"
+        } else if self.norm != Norm::Rms {
+            "LayerNorm"
+        } else if self.activation != Act::Silu {
+            "a GELU activation"
+        } else if !self.gated_mlp {
+            "a plain (ungated) MLP"
+        } else if self.biases != Biases::default() {
+            "biases"
+        } else if self.parallel_block {
+            "a parallel attention+MLP block"
+        } else if self.rotary_dim.is_some() {
+            "partial rotary"
+        } else if self.alibi {
+            "ALiBi"
+        } else if self.sliding_window.is_some() {
+            "sliding-window attention"
+        } else if self.qk_norm {
+            "query/key norms"
+        } else if self.sandwich_norms {
+            "sandwich norms"
+        } else {
+            return None;
+        })
     }
 
     /// Checks that the model can be split `tp` ways (heads and MLP width divide evenly).
@@ -260,8 +403,22 @@ impl ModelConfig {
         if t == 0 || !self.num_attention_heads.is_multiple_of(t) {
             return Err(format!("{} attention heads do not split {tp} ways", self.num_attention_heads));
         }
-        if !self.intermediate_size.is_multiple_of(t) {
-            return Err(format!("intermediate size {} does not split {tp} ways", self.intermediate_size));
+        match self.moe {
+            Some(m) if m.expert_parallel => {
+                if !(m.experts as u64).is_multiple_of(t) {
+                    return Err(format!("{} experts do not split {tp} ways", m.experts));
+                }
+            }
+            Some(m) => {
+                if !m.expert_intermediate.is_multiple_of(t) {
+                    return Err(format!("expert width {} does not split {tp} ways", m.expert_intermediate));
+                }
+            }
+            None => {
+                if !self.intermediate_size.is_multiple_of(t) {
+                    return Err(format!("intermediate size {} does not split {tp} ways", self.intermediate_size));
+                }
+            }
         }
         Ok(())
     }
@@ -272,13 +429,45 @@ impl ModelConfig {
         let b = self.dtype.bytes();
         let h = self.hidden_size;
         let kv_heads_per_gpu = self.num_key_value_heads.div_ceil(t);
-        let qkv = h * (self.num_attention_heads / t + 2 * kv_heads_per_gpu) * self.head_dim;
-        let o = self.num_attention_heads / t * self.head_dim * h;
-        let mlp = h * self.intermediate_size / t * if self.gated_mlp { 3 } else { 2 };
-        let norms = 2 * h;
-        let layer = qkv + o + mlp + norms;
-        let emb = self.vocab_size.div_ceil(t) * h;
-        (layer * self.num_hidden_layers + 2 * emb + h) * b
+        let qkv_n = (self.num_attention_heads / t + 2 * kv_heads_per_gpu) * self.head_dim;
+        let qkv = h * qkv_n + if self.biases.qkv { qkv_n } else { 0 };
+        let o = self.num_attention_heads / t * self.head_dim * h + if self.biases.o { h } else { 0 };
+        let up_mats = if self.gated_mlp { 2 } else { 1 };
+        let mlp_of = |width: u64| {
+            h * width * (up_mats + 1) + if self.biases.mlp { up_mats * width + h } else { 0 }
+        };
+        let mlp = match self.moe {
+            None => mlp_of(self.intermediate_size / t),
+            Some(m) if m.expert_parallel => m.experts as u64 / t * mlp_of(m.expert_intermediate) + m.experts as u64 * h,
+            Some(m) => m.experts as u64 * mlp_of(m.expert_intermediate / t) + m.experts as u64 * h,
+        };
+        let norms = self.norms_per_layer() * self.norm_weights();
+        let qk_norm = if self.qk_norm { 2 * self.head_dim } else { 0 };
+        let layer = qkv + o + mlp + norms + qk_norm;
+        let vocab = self.vocab_size.div_ceil(t);
+        let emb = vocab * h;
+        let lm_head = if self.tie_embeddings { 0 } else { emb } + if self.biases.lm_head { vocab } else { 0 };
+        (layer * self.num_hidden_layers + emb + lm_head + self.norm_weights()) * b
+    }
+
+    /// Norms in one layer: input and post-attention, one for a parallel block, four with
+    /// sandwich norms.
+    pub fn norms_per_layer(&self) -> u64 {
+        if self.parallel_block {
+            1
+        } else if self.sandwich_norms {
+            4
+        } else {
+            2
+        }
+    }
+
+    /// Weight elements of one norm (LayerNorm has a bias too).
+    pub fn norm_weights(&self) -> u64 {
+        match self.norm {
+            Norm::Rms => self.hidden_size,
+            Norm::Layer => 2 * self.hidden_size,
+        }
     }
 
     /// Bytes of KV cache per token on one GPU of a `tp`-way group, all layers.

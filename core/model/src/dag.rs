@@ -5,7 +5,7 @@
 //! an iteration costs O(ops per layer), not O(ops), which keeps the simulator's hot
 //! path allocation-light.
 
-use crate::{AttnShape, ModelConfig, OpKind, OpShape, OpSpec};
+use crate::{Act, AttnShape, ModelConfig, Norm, OpKind, OpShape, OpSpec};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
@@ -153,6 +153,135 @@ impl IterationDag {
     }
 }
 
+/// Builds one layer template: ops in topological order and their in-layer edges.
+pub(crate) struct LayerBuilder {
+    pub ops: Vec<OpSpec>,
+    pub edges: Vec<(u16, u16)>,
+}
+
+impl LayerBuilder {
+    pub(crate) fn push(&mut self, spec: OpSpec, inputs: &[u16]) -> u16 {
+        let i = self.ops.len() as u16;
+        self.edges.extend(inputs.iter().map(|&p| (p, i)));
+        self.ops.push(spec);
+        i
+    }
+}
+
+/// The op constructors of one iteration on one GPU of a `tp`-way group.
+pub(crate) struct Ops<'a> {
+    pub m: &'a ModelConfig,
+    pub tp: u32,
+    pub tok: u64,
+}
+
+impl Ops<'_> {
+    pub fn t(&self) -> u64 {
+        self.tp.max(1) as u64
+    }
+    pub fn b(&self) -> u64 {
+        self.m.dtype.bytes()
+    }
+    pub fn gemm(&self, kind: OpKind, m: u64, n: u64, k: u64, bias: bool) -> OpSpec {
+        let b = self.b();
+        let bias = if bias { n } else { 0 };
+        OpSpec {
+            kind,
+            shape: OpShape::Gemm { m, n, k },
+            flops: 2 * m * n * k + m * bias,
+            bytes: (m * k + k * n + m * n + bias) * b,
+            weight_bytes: (k * n + bias) * b,
+            out_bytes: m * n * b,
+            tp: self.tp.max(1),
+        }
+    }
+    pub fn norm(&self, kind: OpKind, rows: u64) -> OpSpec {
+        let (h, b) = (self.m.hidden_size, self.b());
+        let w = self.m.norm_weights();
+        // LayerNorm also subtracts the mean and adds a bias: about twice RMSNorm's work.
+        let per = match self.m.norm {
+            Norm::Rms => 4,
+            Norm::Layer => 8,
+        };
+        OpSpec {
+            kind,
+            shape: OpShape::Elementwise { tokens: rows, width: h },
+            flops: per * rows * h,
+            bytes: (2 * rows * h + w) * b,
+            weight_bytes: w * b,
+            out_bytes: rows * h * b,
+            tp: self.tp.max(1),
+        }
+    }
+    pub fn collective(&self, kind: OpKind, msg: u64) -> OpSpec {
+        let t = self.t();
+        OpSpec {
+            kind,
+            shape: OpShape::Collective { bytes: msg, ranks: self.tp },
+            flops: msg / self.b() * (t - 1) / t,
+            bytes: 2 * msg * (t - 1) / t,
+            weight_bytes: 0,
+            out_bytes: msg,
+            tp: self.tp,
+        }
+    }
+    /// A residual add of `inputs` tensors of `tok x h` (plus `extra` elements read).
+    pub fn add(&self, inputs: u64, extra: u64) -> OpSpec {
+        let (tok, h, b) = (self.tok, self.m.hidden_size, self.b());
+        OpSpec {
+            kind: OpKind::ResidualAdd,
+            shape: OpShape::Elementwise { tokens: tok, width: h },
+            flops: (inputs - 1) * tok * h + extra,
+            bytes: ((inputs + 1) * tok * h + extra) * b,
+            weight_bytes: 0,
+            out_bytes: tok * h * b,
+            tp: self.tp.max(1),
+        }
+    }
+    /// The MLP nonlinearity over `rows x width` (times the gate for a gated MLP).
+    pub fn activation(&self, rows: u64, width: u64) -> OpSpec {
+        let elems = rows * width;
+        // SiLU and its gate: 5 flops an element; the tanh or erf of GELU adds about 3.
+        let per = match self.m.activation {
+            Act::Silu => 5,
+            Act::GeluTanh | Act::Gelu => 8,
+        };
+        OpSpec {
+            kind: OpKind::Activation,
+            shape: OpShape::Elementwise { tokens: rows, width },
+            flops: per * elems,
+            bytes: if self.m.gated_mlp { 3 } else { 2 } * elems * self.b(),
+            weight_bytes: 0,
+            out_bytes: elems * self.b(),
+            tp: self.tp.max(1),
+        }
+    }
+
+    /// Dense MLP from `input`: up (gate and up), activation, down, all-reduce.
+    fn dense_mlp(&self, l: &mut LayerBuilder, input: u16) -> u16 {
+        let (h, tok) = (self.m.hidden_size, self.tok);
+        let inter = self.m.intermediate_size / self.t();
+        let up_n = if self.m.gated_mlp { 2 * inter } else { inter };
+        let mlp_bias = self.m.biases.mlp;
+        let up = l.push(self.gemm(OpKind::GateUpProj, tok, up_n, h, mlp_bias), &[input]);
+        let act = l.push(self.activation(tok, inter), &[up]);
+        let mut down = l.push(self.gemm(OpKind::DownProj, tok, h, inter, mlp_bias), &[act]);
+        if self.tp > 1 {
+            down = l.push(self.collective(OpKind::AllReduce, tok * h * self.b()), &[down]);
+        }
+        down
+    }
+
+    /// The MLP (dense or mixture-of-experts) from `input`; its outputs and the extra
+    /// elements the residual add reads to combine them.
+    pub fn mlp(&self, l: &mut LayerBuilder, input: u16) -> (SmallVec<[u16; 2]>, u64) {
+        match self.m.moe {
+            None => (smallvec::smallvec![self.dense_mlp(l, input)], 0),
+            Some(moe) => self.moe_mlp(l, input, moe),
+        }
+    }
+}
+
 impl ModelConfig {
     /// The operator DAG of one iteration of `batch` on a `tp`-way tensor-parallel group.
     pub fn iteration_dag(&self, batch: &IterationBatch, tp: u32) -> IterationDag {
@@ -163,123 +292,93 @@ impl ModelConfig {
         let qh = self.num_attention_heads / t;
         let kvh = self.num_key_value_heads.div_ceil(t);
         let hd = self.head_dim;
-        let inter = self.intermediate_size / t;
-        let up_n = if self.gated_mlp { 2 * inter } else { inter };
-
-        let gemm = |kind, m: u64, n: u64, k: u64| OpSpec {
-            kind,
-            shape: OpShape::Gemm { m, n, k },
-            flops: 2 * m * n * k,
-            bytes: (m * k + k * n + m * n) * b,
-            weight_bytes: k * n * b,
-            out_bytes: m * n * b,
-            tp: tp.max(1),
-        };
-        let norm = |kind, rows: u64| OpSpec {
-            kind,
-            shape: OpShape::Elementwise { tokens: rows, width: h },
-            flops: 4 * rows * h,
-            bytes: (2 * rows * h + h) * b,
-            weight_bytes: h * b,
-            out_bytes: rows * h * b,
-            tp: tp.max(1),
-        };
-        let collective = |kind, msg: u64| OpSpec {
-            kind,
-            shape: OpShape::Collective { bytes: msg, ranks: tp },
-            flops: msg / b * (t - 1) / t,
-            bytes: 2 * msg * (t - 1) / t,
-            weight_bytes: 0,
-            out_bytes: msg,
-            tp,
-        };
+        let ops = Ops { m: self, tp, tok };
+        let vocab = self.vocab_size.div_ceil(t);
 
         let head = vec![OpSpec {
             kind: OpKind::Embedding,
             shape: OpShape::Elementwise { tokens: tok, width: h },
             flops: 0,
             bytes: 2 * tok * h * b + 4 * tok,
-            weight_bytes: self.vocab_size.div_ceil(t) * h * b,
+            weight_bytes: vocab * h * b,
             out_bytes: tok * h * b,
             tp: tp.max(1),
         }];
 
-        let mut layer = Vec::with_capacity(14);
-        let mut edges: Vec<(u16, u16)> = Vec::with_capacity(16);
-        let mut push = |layer: &mut Vec<OpSpec>, spec: OpSpec, inputs: &[u16]| -> u16 {
-            let i = layer.len() as u16;
-            edges.extend(inputs.iter().map(|&p| (p, i)));
-            layer.push(spec);
-            i
-        };
-        let in_norm = push(&mut layer, norm(OpKind::InputNorm, tok), &[]);
-        let qkv = push(&mut layer, gemm(OpKind::QkvProj, tok, (qh + 2 * kvh) * hd, h), &[in_norm]);
-        let rope_elems = tok * (qh + kvh) * hd;
-        let rope = push(
-            &mut layer,
-            OpSpec {
+        let mut l = LayerBuilder { ops: Vec::with_capacity(16), edges: Vec::with_capacity(18) };
+        let in_norm = l.push(ops.norm(OpKind::InputNorm, tok), &[]);
+        let qkv = l.push(ops.gemm(OpKind::QkvProj, tok, (qh + 2 * kvh) * hd, h, self.biases.qkv), &[in_norm]);
+        let rot = if self.alibi { 0 } else { self.rotary_dim.unwrap_or(hd) };
+        let attn_in = if rot > 0 || self.qk_norm {
+            let rope_elems = tok * (qh + kvh) * rot;
+            let mut spec = OpSpec {
                 kind: OpKind::Rope,
-                shape: OpShape::Elementwise { tokens: tok, width: (qh + kvh) * hd },
+                shape: OpShape::Elementwise { tokens: tok, width: (qh + kvh) * rot },
                 flops: 3 * rope_elems,
                 bytes: 2 * rope_elems * b,
                 weight_bytes: 0,
                 out_bytes: rope_elems * b,
                 tp: tp.max(1),
-            },
-            &[qkv],
-        );
-        let attn = push(&mut layer, self.attention_spec(batch, tp), &[rope, qkv]);
-        let mut o = push(&mut layer, gemm(OpKind::OProj, tok, h, qh * hd), &[attn]);
-        if tp > 1 {
-            o = push(&mut layer, collective(OpKind::AllReduce, tok * h * b), &[o]);
-        }
-        let add = |layer_in| OpSpec {
-            kind: OpKind::ResidualAdd,
-            shape: OpShape::Elementwise { tokens: tok, width: h },
-            flops: tok * h,
-            bytes: 3 * tok * h * b,
-            weight_bytes: 0,
-            out_bytes: tok * h * b,
-            tp: layer_in,
+            };
+            if self.qk_norm {
+                // Qwen3 norms each query and key head before rotating it: one more pass
+                // over q and k, counted in this op.
+                let qk = tok * (qh + kvh) * hd;
+                spec.shape = OpShape::Elementwise { tokens: tok, width: (qh + kvh) * hd };
+                spec.flops += 4 * qk;
+                spec.bytes += (2 * qk + 2 * hd) * b;
+                spec.weight_bytes += 2 * hd * b;
+                spec.out_bytes = qk * b;
+            }
+            smallvec::smallvec![l.push(spec, &[qkv]), qkv]
+        } else {
+            SmallVec::<[u16; 2]>::from_slice(&[qkv])
         };
-        let add1 = push(&mut layer, add(tp.max(1)), &[o]);
-        let post = push(&mut layer, norm(OpKind::PostAttnNorm, tok), &[add1]);
-        let up = push(&mut layer, gemm(OpKind::GateUpProj, tok, up_n, h), &[post]);
-        let act_elems = tok * inter;
-        let act = push(
-            &mut layer,
-            OpSpec {
-                kind: OpKind::Activation,
-                shape: OpShape::Elementwise { tokens: tok, width: inter },
-                flops: 5 * act_elems,
-                bytes: if self.gated_mlp { 3 } else { 2 } * act_elems * b,
-                weight_bytes: 0,
-                out_bytes: act_elems * b,
-                tp: tp.max(1),
-            },
-            &[up],
-        );
-        let mut down = push(&mut layer, gemm(OpKind::DownProj, tok, h, inter), &[act]);
+        let attn = l.push(self.attention_spec(batch, tp), &attn_in);
+        let mut o = l.push(ops.gemm(OpKind::OProj, tok, h, qh * hd, self.biases.o), &[attn]);
         if tp > 1 {
-            down = push(&mut layer, collective(OpKind::AllReduce, tok * h * b), &[down]);
+            o = l.push(ops.collective(OpKind::AllReduce, tok * h * b), &[o]);
         }
-        let add2 = push(&mut layer, add(tp.max(1)), &[down, add1]);
+        let (residual_in, out) = if self.parallel_block {
+            // GPT-J / phi-2: the MLP reads the same normed input; one add joins both.
+            let (mlp, extra) = ops.mlp(&mut l, in_norm);
+            let mut ins: SmallVec<[u16; 4]> = smallvec::smallvec![o];
+            ins.extend(mlp);
+            let add = l.push(ops.add(3, extra), &ins);
+            (vec![in_norm, add], add)
+        } else {
+            if self.sandwich_norms {
+                o = l.push(ops.norm(OpKind::PostAttnNorm, tok), &[o]);
+            }
+            let add1 = l.push(ops.add(2, 0), &[o]);
+            let post = l.push(ops.norm(OpKind::PostAttnNorm, tok), &[add1]);
+            let (mut mlp, extra) = ops.mlp(&mut l, post);
+            if self.sandwich_norms {
+                mlp = smallvec::smallvec![l.push(ops.norm(OpKind::PostAttnNorm, tok), &mlp)];
+            }
+            let mut ins: SmallVec<[u16; 4]> = mlp.into_iter().collect();
+            ins.push(add1);
+            let add2 = l.push(ops.add(2, extra), &ins);
+            (vec![in_norm, add1], add2)
+        };
 
         let sampled = batch.sampled();
-        let mut tail =
-            vec![norm(OpKind::FinalNorm, sampled), gemm(OpKind::LmHead, sampled, self.vocab_size.div_ceil(t), h)];
+        let mut tail = vec![
+            ops.norm(OpKind::FinalNorm, sampled),
+            ops.gemm(OpKind::LmHead, sampled, vocab, h, self.biases.lm_head),
+        ];
         if tp > 1 {
-            tail.push(collective(OpKind::AllGather, sampled * self.vocab_size.div_ceil(t) * b));
+            tail.push(ops.collective(OpKind::AllGather, sampled * vocab * b));
         }
 
         IterationDag {
             head,
-            layer,
+            layer: l.ops,
             tail,
             layers: self.num_hidden_layers as u32,
-            layer_edges: edges,
-            residual_in: vec![in_norm, add1],
-            residual_out: add2,
+            layer_edges: l.edges,
+            residual_in,
+            residual_out: out,
         }
     }
 
@@ -289,20 +388,46 @@ impl ModelConfig {
         let qh = self.num_attention_heads / t;
         let kvh = self.num_key_value_heads.div_ceil(t);
         let hd = self.head_dim;
+        // A windowed layer sees at most `w` keys a query. The template stands for every
+        // layer, so with windowed and global layers mixed (Gemma-2) its work is their
+        // mean, and the shape handed to the cost model is the causal one with the same
+        // query-key pairs (the prior context shortened).
+        let layers = self.num_hidden_layers.max(1);
+        let win = self.windowed_layers().min(layers);
+        let w = self.sliding_window.unwrap_or(u32::MAX) as u64;
+        let mean = |full: u64, capped: u64| ((layers - win) * full + win * capped) / layers;
         let mut flops = 0u64;
         let mut bytes = 0u64;
         let mut q_tokens = 0u64;
+        let mut prefill = SmallVec::<[(u32, u32); 4]>::new();
         for p in &batch.prefills {
             let (c, prior) = (p.chunk as u64, p.prior_kv as u64);
             // Causal: query j of the chunk sees prior + j + 1 keys.
-            let pairs = c * prior + c * (c + 1) / 2;
+            let full = c * prior + c * (c + 1) / 2;
+            let (pairs, keys) = if win == 0 {
+                (full, prior + c)
+            } else {
+                let capped = windowed_pairs(c, prior, w);
+                (mean(full, capped), mean(prior + c, (prior + c).min(w + c)))
+            };
+            let tri = c * (c + 1) / 2;
+            let eff_prior = if win == 0 { prior } else { pairs.saturating_sub(tri).checked_div(c).unwrap_or(0) };
+            prefill.push((p.chunk, eff_prior.min(u32::MAX as u64) as u32));
             flops += 4 * hd * qh * pairs;
-            bytes += (2 * c * qh * hd + 2 * (prior + c) * kvh * hd + 2 * c * kvh * hd) * b;
+            if self.alibi {
+                flops += qh * pairs;
+            }
+            bytes += (2 * c * qh * hd + 2 * keys * kvh * hd + 2 * c * kvh * hd) * b;
             q_tokens += c;
         }
-        let kv_sum: u64 = batch.decodes.iter().map(|d| d.kv_len as u64).sum();
+        let full: u64 = batch.decodes.iter().map(|d| d.kv_len as u64).sum();
+        let kv_sum =
+            if win == 0 { full } else { mean(full, batch.decodes.iter().map(|d| (d.kv_len as u64).min(w)).sum()) };
         let nd = batch.decodes.len() as u64;
         flops += 4 * hd * qh * kv_sum;
+        if self.alibi {
+            flops += qh * kv_sum;
+        }
         bytes += (2 * kv_sum * kvh * hd + 2 * nd * qh * hd + 2 * nd * kvh * hd) * b;
         q_tokens += nd;
         OpSpec {
@@ -311,7 +436,7 @@ impl ModelConfig {
                 q_heads: qh as u32,
                 kv_heads: kvh as u32,
                 head_dim: hd as u32,
-                prefill: batch.prefills.iter().map(|p| (p.chunk, p.prior_kv)).collect(),
+                prefill,
                 decode_batch: nd as u32,
                 decode_kv_sum: kv_sum,
             }),
@@ -322,6 +447,14 @@ impl ModelConfig {
             tp: tp.max(1),
         }
     }
+}
+
+/// Query-key pairs of a chunk of `c` queries after `prior` cached tokens when each
+/// query sees at most `w` keys (itself included).
+pub(crate) fn windowed_pairs(c: u64, prior: u64, w: u64) -> u64 {
+    // Query j sees min(prior + j + 1, w) keys; the first `free` queries are uncapped.
+    let free = w.saturating_sub(prior).min(c);
+    free * prior + free * (free + 1) / 2 + (c - free) * w
 }
 
 #[cfg(test)]

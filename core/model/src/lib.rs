@@ -9,10 +9,15 @@
 //! Architecture Invariant: this crate knows no hardware and no time. Costs in seconds
 //! live in `slicesched-cost`; this crate only counts work.
 
+mod arch;
 mod config;
 mod dag;
+mod hf;
+mod moe;
 mod ops;
 
-pub use config::{Dtype, ModelConfig, ModelError, Preset, PRESETS};
+pub use arch::{Act, Biases, Moe, Norm, MAX_EXPERT_UNITS};
+pub use config::{preset_names, Dtype, ModelConfig, ModelError, Preset, PRESETS};
+pub use hf::{COST_NEUTRAL_KEYS, MODEL_TYPES, UNDERSTOOD_KEYS};
 pub use dag::{DecodeItem, IterationBatch, IterationDag, OpRef, PrefillItem, Segment};
 pub use ops::{AttnShape, OpKind, OpShape, OpSpec};

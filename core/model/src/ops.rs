@@ -25,10 +25,18 @@ pub enum OpKind {
     AllGather,
     /// An activation moved between GPUs (inserted by the scheduler, never by a model).
     Transfer,
+    /// A mixture-of-experts layer's gate: tokens x experts logits (and the top-k).
+    Router,
+    /// The up (gate and up) GEMM of one expert unit, over the tokens routed to it.
+    ExpertUp,
+    /// The down GEMM of one expert unit.
+    ExpertDown,
+    /// Tokens sent to (or back from) the GPUs holding their experts.
+    AllToAll,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 16] = [
+    pub const ALL: [OpKind; 20] = [
         OpKind::Embedding,
         OpKind::InputNorm,
         OpKind::QkvProj,
@@ -45,7 +53,26 @@ impl OpKind {
         OpKind::LmHead,
         OpKind::AllGather,
         OpKind::Transfer,
+        OpKind::Router,
+        OpKind::ExpertUp,
+        OpKind::ExpertDown,
+        OpKind::AllToAll,
     ];
+
+    /// The profiled kind whose cost curves price this one. Only the mixture-of-experts
+    /// kinds differ: the router is a small GEMM (priced like QKV), expert GEMMs like the
+    /// dense MLP's with their routed tokens, an all-to-all like an all-gather of the
+    /// same bytes. The one place the cost model and the plugin interface (whose op
+    /// kinds are frozen per version) map the new kinds.
+    pub fn cost_class(self) -> OpKind {
+        match self {
+            OpKind::Router => OpKind::QkvProj,
+            OpKind::ExpertUp => OpKind::GateUpProj,
+            OpKind::ExpertDown => OpKind::DownProj,
+            OpKind::AllToAll => OpKind::AllGather,
+            k => k,
+        }
+    }
 
     /// The op's column name in Vidur's `mlp.csv`, where it was profiled.
     pub fn profile_name(self) -> Option<&'static str> {
@@ -82,11 +109,25 @@ impl OpKind {
             OpKind::LmHead => "lm_head",
             OpKind::AllGather => "all_gather",
             OpKind::Transfer => "transfer",
+            OpKind::Router => "router",
+            OpKind::ExpertUp => "expert_up",
+            OpKind::ExpertDown => "expert_down",
+            OpKind::AllToAll => "all_to_all",
         }
     }
 
     pub fn is_gemm(self) -> bool {
-        matches!(self, OpKind::QkvProj | OpKind::OProj | OpKind::GateUpProj | OpKind::DownProj | OpKind::LmHead)
+        matches!(
+            self,
+            OpKind::QkvProj
+                | OpKind::OProj
+                | OpKind::GateUpProj
+                | OpKind::DownProj
+                | OpKind::LmHead
+                | OpKind::Router
+                | OpKind::ExpertUp
+                | OpKind::ExpertDown
+        )
     }
 
     /// Norms, rope, residual adds and activations: one pass over an activation, no
@@ -111,7 +152,7 @@ impl OpKind {
     }
 
     pub fn is_collective(self) -> bool {
-        matches!(self, OpKind::AllReduce | OpKind::AllGather)
+        matches!(self, OpKind::AllReduce | OpKind::AllGather | OpKind::AllToAll)
     }
 }
 

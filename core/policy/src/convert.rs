@@ -106,8 +106,12 @@ pub fn ready_op(r: &ReadyOp) -> sdk::ReadyOp {
     }
 }
 
+/// The plugin interface's op kinds are frozen per version: the mixture-of-experts kinds
+/// reach policies as their cost class (expert GEMMs as MLP GEMMs, the router as a
+/// QKV-like small GEMM, an all-to-all as an all-gather), so a policy places them like
+/// any weight GEMM or collective.
 pub fn op_kind(k: OpKind) -> sdk::OpKind {
-    match k {
+    match k.cost_class() {
         OpKind::Embedding => sdk::OpKind::Embedding,
         OpKind::InputNorm => sdk::OpKind::InputNorm,
         OpKind::QkvProj => sdk::OpKind::QkvProj,
@@ -124,6 +128,8 @@ pub fn op_kind(k: OpKind) -> sdk::OpKind {
         OpKind::LmHead => sdk::OpKind::LmHead,
         OpKind::AllGather => sdk::OpKind::AllGather,
         OpKind::Transfer => sdk::OpKind::Transfer,
+        // `cost_class` maps these to the kinds above.
+        k @ (OpKind::Router | OpKind::ExpertUp | OpKind::ExpertDown | OpKind::AllToAll) => op_kind(k),
     }
 }
 

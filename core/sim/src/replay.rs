@@ -260,7 +260,7 @@ impl<'a> Sim<'a> {
                 tenant: h.tenant,
                 group: h.group,
                 is_home: h.is_home,
-                engine: Engine::new(t.engine, h.kv_blocks),
+                engine: Engine::new(t.engine, h.kv_blocks).with_kv_window(t.model.kv_window()),
                 seq_to_req: Vec::new(),
                 inflight: 0,
                 next_launch: u64::MAX,

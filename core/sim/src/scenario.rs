@@ -87,6 +87,11 @@ pub struct TenantSpec {
     /// the tenant's load holds at its peak (`load.rs`, Little's law).
     #[serde(default)]
     pub keep_kv_tokens: Option<u64>,
+    /// A mixture-of-experts model's experts split whole across its home GPUs, tokens
+    /// moving to them by all-to-all (vLLM's `--enable-expert-parallel`), rather than
+    /// every expert split across them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expert_parallel: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -192,7 +197,13 @@ impl Scenario {
             if t.name.is_empty() || spec.tenants[..i].iter().any(|o| o.name == t.name) {
                 return Err(field(format!("tenants[{i}].name"), format!("`{}` is empty or not unique", t.name)));
             }
-            let model = ModelConfig::resolve(&t.model, base).map_err(|e| field(tf("model"), e.to_string()))?;
+            let mut model = ModelConfig::resolve(&t.model, base).map_err(|e| field(tf("model"), e.to_string()))?;
+            if t.expert_parallel {
+                let moe = model.moe.as_mut().ok_or_else(|| {
+                    field(tf("expert_parallel"), format!("`{}` is not a mixture-of-experts model", t.model))
+                })?;
+                moe.expert_parallel = true;
+            }
             let gpus: Vec<GpuId> = t.gpus.iter().map(|&g| GpuId(g)).collect();
             Deployment::check_gpus(&cluster, &t.name, &gpus).map_err(|e| field(tf("gpus"), e.to_string()))?;
             model.check_tp(gpus.len() as u32).map_err(|e| field(tf("gpus"), e))?;

@@ -25,6 +25,9 @@ fn shipped_scenarios_load() {
     assert!(models.len() >= 4, "mixed models: {models:?}");
     assert_eq!(b.tenants.iter().filter(|t| t.model.parameters() > 20_000_000_000).count(), 2);
     shipped("smoke.toml");
+    let m = shipped("moe-3t.toml");
+    let moe: Vec<_> = m.tenants.iter().filter_map(|t| t.model.moe.map(|x| (t.name.as_str(), x.experts))).collect();
+    assert_eq!(moe, [("assistant-mixtral", 8)]);
 }
 
 const BASE: &str = r#"

@@ -674,6 +674,10 @@ fn launch_op(
         OpKind::AllReduce | OpKind::AllGather | OpKind::Transfer => {
             return Err(ExecError::Launch(format!("{} is not a per-rank op", kind.name())))
         }
+        // `load::shard` refuses mixture-of-experts models before anything is loaded.
+        OpKind::Router | OpKind::ExpertUp | OpKind::ExpertDown | OpKind::AllToAll => {
+            return Err(ExecError::Launch(format!("{}: the CPU executor does not run mixture-of-experts", kind.name())))
+        }
     };
     Ok(out_ev)
 }

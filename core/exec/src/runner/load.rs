@@ -42,6 +42,12 @@ pub struct Shard {
 /// slice of the MLP width and of the vocabulary.
 pub fn shard(model: &ExecModel, tp: usize, r: usize) -> Result<Shard, ExecError> {
     let c = &model.config;
+    if let Some(what) = c.departure_from_llama() {
+        return Err(ExecError::Model(format!(
+            "{}: the CPU executor runs the Llama layout (RMSNorm, RoPE, gated SiLU MLP, no biases); this model has {what}",
+            c.name
+        )));
+    }
     c.check_tp(tp as u32).map_err(ExecError::Model)?;
     if !model.vocab().is_multiple_of(tp) {
         return Err(ExecError::Model(format!("vocabulary {} does not split {tp} ways", model.vocab())));

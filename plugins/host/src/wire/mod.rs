@@ -158,6 +158,12 @@ macro_rules! shared_conversions {
                 K::LmHead => W::LmHead,
                 K::AllGather => W::AllGather,
                 K::Transfer => W::Transfer,
+                // The interface's kinds are frozen: new kinds go as their cost class
+                // (`OpKind::cost_class`).
+                K::Router => W::QkvProj,
+                K::ExpertUp => W::GateUpProj,
+                K::ExpertDown => W::DownProj,
+                K::AllToAll => W::AllGather,
             };
             wit::ReadyOp {
                 tenant: r.tenant.0,
