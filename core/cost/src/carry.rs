@@ -66,9 +66,21 @@ impl GemmClass {
         }
         // A stride keeps the search well under a second on the full profiles.
         let stride = (pts.len() / 1500).max(1);
-        let sample: Vec<&GemmPoint> = pts.iter().step_by(stride).copied().collect();
+        // (bytes/bw, flops/peak, ln secs) per point: the search evaluates each point
+        // thousands of times.
+        let sample: Vec<(f64, f64, f64)> =
+            pts.iter().step_by(stride).map(|p| (p.bytes / p.bw, p.flops / p.peak, p.secs.ln())).collect();
         let loss = |c: &GemmClass| -> f64 {
-            sample.iter().map(|p| (c.secs(p.flops, p.bytes, p.peak, p.bw) / p.secs).ln().abs()).sum::<f64>()
+            let (inv_p, ie, ic) = (1.0 / c.p, 1.0 / c.em, 1.0 / c.ec);
+            sample
+                .iter()
+                .map(|&(m, f, ls)| {
+                    let (tm, tc) = (m * ie, f * ic);
+                    let hi = tm.max(tc);
+                    let t = c.t0 + hi * ((tm / hi).powf(c.p) + (tc / hi).powf(c.p)).powf(inv_p);
+                    (t.ln() - ls).abs()
+                })
+                .sum::<f64>()
         };
         let mut best = (f64::INFINITY, Self::default());
         for t0 in [0.0, 2e-6, 4e-6, 6e-6, 8e-6] {

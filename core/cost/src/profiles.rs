@@ -219,7 +219,9 @@ struct Table<'a> {
 
 impl<'a> Table<'a> {
     fn new(path: &'a str, text: &'a str) -> Result<Self, CostError> {
-        let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(text.as_bytes());
+        // Flexible: apex_plus leaves trailing columns empty by omitting them; a row that is
+        // too short for a column we read is still an error (`Row::raw`).
+        let mut rdr = csv::ReaderBuilder::new().has_headers(true).flexible(true).from_reader(text.as_bytes());
         let headers = rdr.headers().map_err(|e| csv_err(path, 1, "", &e.to_string()))?.clone();
         if headers.iter().all(|h| h.trim().is_empty()) {
             return Err(csv_err(path, 1, "", "empty file: no header row"));
