@@ -137,11 +137,7 @@ fn predict(
     println!("  GPU kernels (GEMMs, attention, norms, ...)  {:>10.3} ms", ms(c.kernels_ns));
     println!("  collectives at TP {tp} (NCCL latency + bytes)  {:>10.3} ms", ms(c.collectives_ns));
     let e = cost.engine();
-    println!(
-        "  launch waits ({:.0} µs floor per kernel)      {:>10.3} ms",
-        e.launch_secs * 1e6,
-        ms(c.launch_ns)
-    );
+    println!("  launch waits ({:.0} µs floor per kernel)      {:>10.3} ms", e.launch_secs * 1e6, ms(c.launch_ns));
     println!(
         "  prefill per-prompt work ({:.0} µs/layer)      {:>10.3} ms",
         e.prefill_seq_secs * 1e6,

@@ -233,7 +233,8 @@ impl EngineFit {
 /// CPU base and per-request seconds minimising relative squared error, given the GPU
 /// part of each iteration (both clamped non-negative).
 fn fit_cpu(red: &[Reduced], gpu: &[f64]) -> (f64, f64) {
-    let pts: Vec<(f64, f64, f64)> = red.iter().zip(gpu).map(|(r, g)| (r.requests, r.measured - g, r.measured)).collect();
+    let pts: Vec<(f64, f64, f64)> =
+        red.iter().zip(gpu).map(|(r, g)| (r.requests, r.measured - g, r.measured)).collect();
     // Weighted least squares of (measured − gpu) on (1, requests), weights 1/measured².
     let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for &(x, y, m) in &pts {
@@ -245,7 +246,11 @@ fn fit_cpu(red: &[Reduced], gpu: &[f64]) -> (f64, f64) {
         sxy += w * x * y;
     }
     let det = sw * sxx - sx * sx;
-    let (a, b) = if det.abs() > f64::MIN_POSITIVE { ((sy * sxx - sx * sxy) / det, (sw * sxy - sx * sy) / det) } else { (sy / sw, 0.0) };
+    let (a, b) = if det.abs() > f64::MIN_POSITIVE {
+        ((sy * sxx - sx * sxy) / det, (sw * sxy - sx * sy) / det)
+    } else {
+        (sy / sw, 0.0)
+    };
     match (a >= 0.0, b >= 0.0) {
         (true, true) => (a, b),
         // Clamp one and refit the other.
@@ -292,8 +297,10 @@ impl E2eReport {
             self.engine.cpu.base_ns / 1e6,
             self.engine.cpu.per_seq_ns / 1e6
         );
-        s += &format!("{:>3} {:>6} {:>5} {:>6}  {:>10} {:>10} {:>6}  {:>9} {:>9} {:>6}\n", "tp", "prompt", "batch", "tokens",
-            "prompt ms", "pred", "err", "token ms", "pred", "err");
+        s += &format!(
+            "{:>3} {:>6} {:>5} {:>6}  {:>10} {:>10} {:>6}  {:>9} {:>9} {:>6}\n",
+            "tp", "prompt", "batch", "tokens", "prompt ms", "pred", "err", "token ms", "pred", "err"
+        );
         for p in &self.points {
             let r = &p.row;
             s += &format!(
@@ -312,7 +319,14 @@ impl E2eReport {
         }
         s += &format!("{:<8} {:>13} {:>8} {:>13} {:>8}\n", "", "prompt median", "p90", "token median", "p90");
         for (tp, a, b) in &self.by_tp {
-            s += &format!("{:<8} {:>13} {:>8} {:>13} {:>8}\n", format!("TP {tp}"), pct(a.median), pct(a.p90), pct(b.median), pct(b.p90));
+            s += &format!(
+                "{:<8} {:>13} {:>8} {:>13} {:>8}\n",
+                format!("TP {tp}"),
+                pct(a.median),
+                pct(a.p90),
+                pct(b.median),
+                pct(b.p90)
+            );
         }
         s += &format!(
             "{:<8} {:>13} {:>8} {:>13} {:>8}\n",
@@ -325,4 +339,3 @@ impl E2eReport {
         s
     }
 }
-

@@ -1,11 +1,11 @@
 //! Fitting efficiency curves (measured time / roofline time) from a [`ProfileSet`].
 
 use crate::attn::AttnFit;
+use crate::carry::{GemmClass, GemmPoint};
+use crate::class::{op_class, priced_as, OpClass};
 use crate::curve::{binned_median, isotonic, median, Curve};
 use crate::net::NetFit;
 use crate::profiles::{ProfileSet, MLP_OPS};
-use crate::carry::{GemmClass, GemmPoint};
-use crate::class::{op_class, priced_as, OpClass};
 use crate::{CostError, CostModel, SkuFit};
 use slicesched_hw::GpuSku;
 use slicesched_model::{IterationBatch, ModelConfig, OpKind, OpShape, OpSpec, PrefillItem};
@@ -170,10 +170,8 @@ fn fit_gemm_pool(f: &mut SkuFit, points: &[Point]) {
     let mut best = (f64::INFINITY, 0.0, Curve::default());
     for step in 0..=10 {
         let t0 = floor * 0.09 * step as f64;
-        let curve = binned_median(
-            gemms.iter().map(|&(x, t, tr)| (x, ((t - t0).max(0.05 * t) / tr).ln())).collect(),
-            POOL_BIN,
-        );
+        let curve =
+            binned_median(gemms.iter().map(|&(x, t, tr)| (x, ((t - t0).max(0.05 * t) / tr).ln())).collect(), POOL_BIN);
         let mut errs: Vec<f64> =
             gemms.iter().map(|&(x, t, tr)| ((t0 + curve.eval(x).exp() * tr) / t).ln().abs()).collect();
         let e = median(&mut errs);

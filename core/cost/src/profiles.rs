@@ -83,7 +83,8 @@ pub struct ProfileSet {
 }
 
 const MODEL_FILES: [&str; 3] = ["model_config.yml", "mlp.csv", "attention.csv"];
-const NET_FILES: [&str; 5] = ["all_reduce.csv", "send_recv.csv", "all_gather.csv", "reduce_scatter.csv", "alltoall.csv"];
+const NET_FILES: [&str; 5] =
+    ["all_reduce.csv", "send_recv.csv", "all_gather.csv", "reduce_scatter.csv", "alltoall.csv"];
 /// apex_plus's collective tables: `gpu,num_nodes,num_gpus_per_node,dtype,size(kb),time(us)`.
 const APEX_COLUMNS: [&str; 6] = ["gpu", "num_nodes", "num_gpus_per_node", "dtype", "size(kb)", "time(us)"];
 
@@ -172,7 +173,7 @@ impl ProfileSet {
                 }
                 if net.apex {
                     set.notes.push(format!(
-                        "{folder}: apex_plus layout; all_reduce.csv read (a Vidur NCCL table of the same set is                          preferred){}",
+                        "{folder}: apex_plus layout; all_reduce.csv read (a Vidur NCCL table of the same set is preferred){}",
                         if unused.is_empty() { String::new() } else { format!(", not used: {}", unused.join(", ")) }
                     ));
                 } else if !unused.is_empty() {
@@ -384,7 +385,8 @@ fn is_apex(text: &str) -> bool {
 /// (GPU model, nodes, GPUs per node, size).
 pub fn parse_apex(path: &str, text: &str) -> Result<Vec<NetRow>, CostError> {
     let mut t = Table::new(path, text)?;
-    let (nodes, per, size, time) = (t.col("num_nodes")?, t.col("num_gpus_per_node")?, t.col("size(kb)")?, t.col("time(us)")?);
+    let (nodes, per, size, time) =
+        (t.col("num_nodes")?, t.col("num_gpus_per_node")?, t.col("size(kb)")?, t.col("time(us)")?);
     let mut out = Vec::new();
     t.rows(|r| {
         let (n, p) = (count(r, nodes)?, count(r, per)?);

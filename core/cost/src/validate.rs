@@ -114,7 +114,10 @@ fn test_sku_of(test: &ProfileSet, dir: &Path, test_sku: Option<&str>, extra: &[G
         if own.name != sku.name {
             return Err(CostError::Invalid {
                 path: dir.join("device_config.yml").display().to_string(),
-                msg: format!("describes {} but --test-sku asks to predict {}: the test folder was measured on another GPU", own.name, sku.name),
+                msg: format!(
+                    "describes {} but --test-sku asks to predict {}: the test folder was measured on another GPU",
+                    own.name, sku.name
+                ),
             });
         }
     }

@@ -85,7 +85,9 @@ impl DeviceConfig {
             let all: Vec<GpuSku> = extra.iter().cloned().chain(catalog()).collect();
             return all
                 .into_iter()
-                .find(|s| (t * 1e12 / s.peak_flops - 1.0).abs() <= PEAK_TOL && (s.memory as f64 / GIB as f64 - m).abs() < 1.0)
+                .find(|s| {
+                    (t * 1e12 / s.peak_flops - 1.0).abs() <= PEAK_TOL && (s.memory as f64 / GIB as f64 - m).abs() < 1.0
+                })
                 .ok_or_else(|| {
                     invalid(format!(
                         "fp16_tflops {t}, total_memory_gb {m} match no known GPU; add `name:` (a catalog GPU) or the \
@@ -180,7 +182,8 @@ mod tests {
 
     #[test]
     fn vidur_configs_resolve_to_catalog_skus() {
-        let a = DeviceConfig::parse("fp16_tflops: 312\ntotal_memory_gb: 80\nnum_devices_per_node: 4\n", "a.yml").unwrap();
+        let a =
+            DeviceConfig::parse("fp16_tflops: 312\ntotal_memory_gb: 80\nnum_devices_per_node: 4\n", "a.yml").unwrap();
         assert_eq!(a.resolve(&[], "a.yml").unwrap().name, "A100-80GB");
         let h = DeviceConfig::parse("fp16_tflops: 1000\ntotal_memory_gb: 80\n", "h.yml").unwrap();
         assert_eq!(h.resolve(&[], "h.yml").unwrap().name, "H100-80GB");
@@ -212,7 +215,10 @@ mod tests {
         .unwrap();
         assert_eq!(t[0].peak_flops, 2.25e15);
         assert_eq!(crate::sku_in("b200", &t).unwrap().memory, 180 << 30);
-        assert!(skus_from_toml("[[gpu]]\nname = \"X\"\ntflops = 1\n", "g.toml").unwrap_err().to_string().contains("g.toml"));
+        assert!(skus_from_toml("[[gpu]]\nname = \"X\"\ntflops = 1\n", "g.toml")
+            .unwrap_err()
+            .to_string()
+            .contains("g.toml"));
         let e = skus_from_toml("[[gpu]]\nname = \"X\"\ntflops = 0\nhbm_gbps = 1\nmemory_gb = 1\n", "g.toml");
         assert!(e.unwrap_err().to_string().contains("must be positive"));
     }
