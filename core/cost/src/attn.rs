@@ -95,16 +95,20 @@ pub(crate) struct AttnFit {
     pub decode_lin: Linear,
 }
 
-impl Default for AttnFit {
-    /// Used only when a profile set has no attention table: FlashAttention on A100
+impl AttnFit {
+    /// Used only when no profile set has an attention table: FlashAttention on A100
     /// reaches roughly 15% of peak in prefill and 60% of HBM in decode (README data).
+    pub const DEFAULT: AttnFit = AttnFit {
+        prefill: Grid { us: Vec::new(), rows: Vec::new() },
+        decode: Grid { us: Vec::new(), rows: Vec::new() },
+        prefill_lin: Linear { a: 10e-6, s: 1.0 / 0.15 },
+        decode_lin: Linear { a: 10e-6, s: 1.0 / 0.6 },
+    };
+}
+
+impl Default for AttnFit {
     fn default() -> Self {
-        Self {
-            prefill: Grid::default(),
-            decode: Grid::default(),
-            prefill_lin: Linear { a: 10e-6, s: 1.0 / 0.15 },
-            decode_lin: Linear { a: 10e-6, s: 1.0 / 0.6 },
-        }
+        Self::DEFAULT
     }
 }
 

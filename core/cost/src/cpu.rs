@@ -7,7 +7,7 @@
 use crate::CostError;
 
 /// Overhead as `base + per_seq × requests in the batch`, least-squares fitted.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CpuOverhead {
     pub base_ns: f64,
     pub per_seq_ns: f64,

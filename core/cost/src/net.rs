@@ -46,7 +46,11 @@ impl NetFit {
     /// only single-node groups: those are the NVLink numbers the scaling assumes.
     pub fn fit(nets: &[NetProfile]) -> Self {
         let mut fit = NetFit::default();
-        let Some(net) = nets.iter().find(|n| !n.all_reduce.is_empty()) else {
+        let Some(net) = nets
+            .iter()
+            .find(|n| !n.all_reduce.is_empty() && !n.apex)
+            .or_else(|| nets.iter().find(|n| !n.all_reduce.is_empty()))
+        else {
             return fit;
         };
         let mut ws: Vec<u32> = net.all_reduce.iter().map(|r| r.workers).collect();

@@ -66,6 +66,9 @@ pub struct NetProfile {
     pub name: String,
     pub all_reduce: Vec<NetRow>,
     pub send_recv: Vec<NetRow>,
+    /// Read from apex_plus's layout (coarser: whole µs, KiB sizes); a Vidur NCCL
+    /// table of the same set is preferred for fitting.
+    pub apex: bool,
 }
 
 /// Everything read from one profile directory.
@@ -73,10 +76,17 @@ pub struct NetProfile {
 pub struct ProfileSet {
     pub models: Vec<ModelProfile>,
     pub networks: Vec<NetProfile>,
+    /// `device_config.yml` of the directory, when it has one.
+    pub device_config: Option<(String, String)>,
+    /// What was read in a reduced way or skipped, for the user to see.
+    pub notes: Vec<String>,
 }
 
 const MODEL_FILES: [&str; 3] = ["model_config.yml", "mlp.csv", "attention.csv"];
-const NET_FILES: [&str; 2] = ["all_reduce.csv", "send_recv.csv"];
+const NET_FILES: [&str; 5] =
+    ["all_reduce.csv", "send_recv.csv", "all_gather.csv", "reduce_scatter.csv", "alltoall.csv"];
+/// apex_plus's collective tables: `gpu,num_nodes,num_gpus_per_node,dtype,size(kb),time(us)`.
+const APEX_COLUMNS: [&str; 6] = ["gpu", "num_nodes", "num_gpus_per_node", "dtype", "size(kb)", "time(us)"];
 
 impl ProfileSet {
     /// Reads a directory laid out like `data/profiles/a100`.
@@ -101,7 +111,23 @@ impl ProfileSet {
             }
         }
         let refs: Vec<_> = files.iter().map(|(l, d, f, t)| (l.as_str(), d.as_str(), f.as_str(), t.as_str())).collect();
-        Self::from_files(&refs)
+        let mut set = Self::from_files(&refs)?;
+        let dc = dir.join("device_config.yml");
+        if dc.is_file() {
+            let text = std::fs::read_to_string(&dc).map_err(|e| io(&dc, e))?;
+            set.device_config = Some((dc.display().to_string(), text));
+        }
+        Ok(set)
+    }
+
+    /// The GPU the directory's `device_config.yml` describes (None without one).
+    pub fn device_sku(&self, extra: &[slicesched_hw::GpuSku]) -> Result<Option<slicesched_hw::GpuSku>, CostError> {
+        let Some((path, text)) = &self.device_config else {
+            return Ok(None);
+        };
+        let hw = |e: slicesched_hw::HwError| CostError::Invalid { path: path.clone(), msg: e.to_string() };
+        let c = slicesched_hw::DeviceConfig::parse(text, path).map_err(hw)?;
+        c.resolve(extra, path).map(Some).map_err(hw)
     }
 
     /// Builds a set from `(label, folder, file name, contents)`; `label` names errors.
@@ -131,13 +157,27 @@ impl ProfileSet {
                     mlp: parse_mlp(mlp_label, mlp_text)?,
                     attention,
                 });
-            } else if get("all_reduce.csv").is_some() || get("send_recv.csv").is_some() {
+            } else if NET_FILES.iter().any(|f| get(f).is_some()) {
                 let mut net = NetProfile { name: folder.to_string(), ..Default::default() };
-                if let Some((l, t)) = get("all_reduce.csv") {
-                    net.all_reduce = parse_network(l, t, "all_reduce")?;
+                let mut unused = Vec::new();
+                for f in NET_FILES {
+                    let Some((l, t)) = get(f) else { continue };
+                    let apex = is_apex(t);
+                    net.apex |= apex;
+                    match (f, apex) {
+                        ("all_reduce.csv", false) => net.all_reduce = parse_network(l, t, "all_reduce")?,
+                        ("send_recv.csv", false) => net.send_recv = parse_network(l, t, "send_recv")?,
+                        ("all_reduce.csv", true) => net.all_reduce = parse_apex(l, t)?,
+                        _ => unused.push(f),
+                    }
                 }
-                if let Some((l, t)) = get("send_recv.csv") {
-                    net.send_recv = parse_network(l, t, "send_recv")?;
+                if net.apex {
+                    set.notes.push(format!(
+                        "{folder}: apex_plus layout; all_reduce.csv read (a Vidur NCCL table of the same set is preferred){}",
+                        if unused.is_empty() { String::new() } else { format!(", not used: {}", unused.join(", ")) }
+                    ));
+                } else if !unused.is_empty() {
+                    set.notes.push(format!("{folder}: not used: {}", unused.join(", ")));
                 }
                 set.networks.push(net);
             }
@@ -180,7 +220,9 @@ struct Table<'a> {
 
 impl<'a> Table<'a> {
     fn new(path: &'a str, text: &'a str) -> Result<Self, CostError> {
-        let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(text.as_bytes());
+        // Flexible: apex_plus leaves trailing columns empty by omitting them; a row that is
+        // too short for a column we read is still an error (`Row::raw`).
+        let mut rdr = csv::ReaderBuilder::new().has_headers(true).flexible(true).from_reader(text.as_bytes());
         let headers = rdr.headers().map_err(|e| csv_err(path, 1, "", &e.to_string()))?.clone();
         if headers.iter().all(|h| h.trim().is_empty()) {
             return Err(csv_err(path, 1, "", "empty file: no header row"));
@@ -328,6 +370,35 @@ pub fn parse_attention(path: &str, text: &str) -> Result<Vec<AttnRow>, CostError
             return Err(r.err(qh, "inconsistent head counts".into()));
         }
         out.push(row);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn is_apex(text: &str) -> bool {
+    let head = text.lines().next().unwrap_or("");
+    let cols: Vec<&str> = head.split(',').map(str::trim).collect();
+    APEX_COLUMNS.iter().all(|c| cols.contains(c))
+}
+
+/// Parses an apex_plus collective table: sizes in KiB, times in µs, one row per
+/// (GPU model, nodes, GPUs per node, size).
+pub fn parse_apex(path: &str, text: &str) -> Result<Vec<NetRow>, CostError> {
+    let mut t = Table::new(path, text)?;
+    let (nodes, per, size, time) =
+        (t.col("num_nodes")?, t.col("num_gpus_per_node")?, t.col("size(kb)")?, t.col("time(us)")?);
+    let mut out = Vec::new();
+    t.rows(|r| {
+        let (n, p) = (count(r, nodes)?, count(r, per)?);
+        let us = r.raw(time)?;
+        let secs = us
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| r.err(time, format!("expected a non-negative time in µs, got `{us}`")))?;
+        if n > 0 && p > 0 && secs > 0.0 {
+            out.push(NetRow { workers: n * p, per_node: p, size: r.uint(size)? * 1024, secs: secs * 1e-6 });
+        }
         Ok(())
     })?;
     Ok(out)

@@ -88,30 +88,125 @@ enum Sample {
     Attn(AttnRow),
 }
 
-/// Fits on `fit_dir` and predicts `test_dir` on `test_sku` (default A100-80GB). When both
-/// are the same directory, 20% of the token counts of every (model, TP, op) — and 20% of
-/// the attention points of every (model, phase) — are held out with a fixed seed, the
-/// rest is fitted, and the held-out points are predicted.
+/// Fits on `fit_dir` and predicts `test_dir` (see [`validate_dirs`]).
 pub fn validate(fit_dir: &Path, test_dir: &Path, test_sku: Option<&str>) -> Result<ValidationReport, CostError> {
-    let canon = |p: &Path| p.canonicalize().map_err(|e| CostError::Io { path: p.display().to_string(), source: e });
-    let sku = match test_sku {
-        Some(n) => {
-            slicesched_hw::sku(n).map_err(|e| CostError::Invalid { path: "--sku".into(), msg: e.to_string() })?
-        }
-        None => a100(),
+    validate_dirs(&[fit_dir], test_dir, test_sku, &[])
+}
+
+/// A profile directory read with the GPU it was measured on: its `device_config.yml`,
+/// else the A100-80GB (the layout Vidur ships without one).
+pub fn read_dir_with_sku(dir: &Path, extra: &[GpuSku]) -> Result<(ProfileSet, GpuSku), CostError> {
+    let set = ProfileSet::from_dir(dir)?;
+    let sku = set.device_sku(extra)?.unwrap_or_else(a100);
+    Ok((set, sku))
+}
+
+/// The GPU the test profiles are predicted on: `--test-sku` when given (it must agree
+/// with the test folder's `device_config.yml`), else the folder's own GPU.
+fn test_sku_of(test: &ProfileSet, dir: &Path, test_sku: Option<&str>, extra: &[GpuSku]) -> Result<GpuSku, CostError> {
+    let own = test.device_sku(extra)?;
+    let Some(name) = test_sku else {
+        return Ok(own.unwrap_or_else(a100));
     };
-    let fit_set = ProfileSet::from_dir(fit_dir)?;
-    if canon(fit_dir)? == canon(test_dir)? {
-        return Ok(holdout(&fit_set, &sku));
+    let sku = slicesched_hw::sku_in(name, extra)
+        .map_err(|e| CostError::Invalid { path: "--test-sku".into(), msg: e.to_string() })?;
+    if let Some(own) = own {
+        if own.name != sku.name {
+            return Err(CostError::Invalid {
+                path: dir.join("device_config.yml").display().to_string(),
+                msg: format!(
+                    "describes {} but --test-sku asks to predict {}: the test folder was measured on another GPU",
+                    own.name, sku.name
+                ),
+            });
+        }
     }
-    let test_set = ProfileSet::from_dir(test_dir)?;
-    let model = CostModel::fit(&fit_set, &a100())?;
+    Ok(sku)
+}
+
+/// Fits on every folder of `fit_dirs` (each on its own GPU, see [`read_dir_with_sku`])
+/// and predicts `test_dir` on its GPU. When `test_dir` is one of the fit folders, 20%
+/// of the token counts of every (model, TP, op) — and 20% of the attention points of
+/// every (model, phase) — are held out of it with a fixed seed, the rest and the other
+/// folders are fitted, and the held-out points are predicted.
+pub fn validate_dirs(
+    fit_dirs: &[&Path],
+    test_dir: &Path,
+    test_sku: Option<&str>,
+    extra: &[GpuSku],
+) -> Result<ValidationReport, CostError> {
+    let canon = |p: &Path| p.canonicalize().map_err(|e| CostError::Io { path: p.display().to_string(), source: e });
+    let fits = fit_dirs.iter().map(|d| read_dir_with_sku(d, extra)).collect::<Result<Vec<_>, _>>()?;
+    let test_canon = canon(test_dir)?;
+    let mut same = None;
+    for (i, d) in fit_dirs.iter().enumerate() {
+        if canon(d)? == test_canon {
+            same = Some(i);
+        }
+    }
+    let test_set = match same {
+        Some(i) => fits[i].0.clone(),
+        None => ProfileSet::from_dir(test_dir)?,
+    };
+    let sku = test_sku_of(&test_set, test_dir, test_sku, extra)?;
+    if let Some(i) = same {
+        if sku.name != fits[i].1.name {
+            return Err(CostError::Invalid {
+                path: "--test-sku".into(),
+                msg: format!("the test folder is a fit folder measured on {}, not {}", fits[i].1.name, sku.name),
+            });
+        }
+        let others: Vec<_> = fits.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, f)| f.clone()).collect();
+        return Ok(holdout_with(&test_set, &sku, &others));
+    }
+    let refs: Vec<(&ProfileSet, &GpuSku)> = fits.iter().map(|(s, k)| (s, k)).collect();
+    let model = CostModel::fit_many(&refs)?;
     Ok(evaluate(&model, &test_set, all_samples(&test_set), &sku))
+}
+
+/// For each model of `test_dir`: fit on `fit_dirs` without that model (by folder
+/// name), predict the model's points on the test GPU. With the test folder among the
+/// fit folders this is [`validate_leave_one_model_out`] across several GPUs.
+pub fn validate_dirs_leave_one_model_out(
+    fit_dirs: &[&Path],
+    test_dir: &Path,
+    test_sku: Option<&str>,
+    extra: &[GpuSku],
+) -> Result<Vec<ModelReport>, CostError> {
+    let fits = fit_dirs.iter().map(|d| read_dir_with_sku(d, extra)).collect::<Result<Vec<_>, _>>()?;
+    let test = ProfileSet::from_dir(test_dir)?;
+    let sku = test_sku_of(&test, test_dir, test_sku, extra)?;
+    let mut out = Vec::new();
+    for (mi, m) in test.models.iter().enumerate() {
+        let trains: Vec<(ProfileSet, GpuSku)> = fits
+            .iter()
+            .map(|(s, k)| {
+                let mut s = s.clone();
+                s.models.retain(|x| x.name != m.name);
+                (s, k.clone())
+            })
+            .collect();
+        let refs: Vec<(&ProfileSet, &GpuSku)> = trains.iter().map(|(s, k)| (s, k)).collect();
+        let has_attn = trains.iter().any(|(s, _)| s.models.iter().any(|t| !t.attention.is_empty()));
+        let model = CostModel::fit_many(&refs)?;
+        let samples = all_samples(&test)
+            .into_iter()
+            .filter(|s| matches!(s, Sample::Mlp { model, .. } if *model == mi))
+            .chain(m.attention.iter().filter(|_| has_attn).cloned().map(Sample::Attn));
+        out.push(ModelReport { model: m.name.clone(), report: evaluate(&model, &test, samples.collect(), &sku) });
+    }
+    Ok(out)
 }
 
 /// The hold-out split of [`validate`] on an already-read set (the tests use the
 /// embedded copy).
 pub fn holdout(set: &ProfileSet, sku: &GpuSku) -> ValidationReport {
+    holdout_with(set, sku, &[])
+}
+
+/// [`holdout`] with other GPUs' sets fitted whole beside the training part of `set`
+/// (measured on `sku`).
+pub fn holdout_with(set: &ProfileSet, sku: &GpuSku, others: &[(ProfileSet, GpuSku)]) -> ValidationReport {
     let mut train = set.clone();
     let mut held = Vec::new();
     for (mi, m) in set.models.iter().enumerate() {
@@ -151,29 +246,36 @@ pub fn holdout(set: &ProfileSet, sku: &GpuSku) -> ValidationReport {
                 .retain(|r| r.prefill != phase || !out.contains(&((r.chunk.max(r.batch) as u64) << 32 | r.kv as u64)));
         }
     }
-    let model = CostModel::fit(&train, &a100()).expect("fitting a parsed set cannot fail");
+    let mut refs: Vec<(&ProfileSet, &GpuSku)> = vec![(&train, sku)];
+    refs.extend(others.iter().map(|(s, k)| (s, k)));
+    let model = CostModel::fit_many(&refs).expect("fitting a parsed set cannot fail");
     evaluate(&model, set, held, sku)
 }
 
 /// For each model: fit on all the others, predict every point of the one left out.
 /// Attention is skipped for a left-out model when no other model has an attention table.
 pub fn validate_leave_one_model_out(dir: &Path) -> Result<Vec<ModelReport>, CostError> {
-    Ok(leave_one_model_out(&ProfileSet::from_dir(dir)?))
+    let (set, sku) = read_dir_with_sku(dir, &[])?;
+    Ok(leave_one_model_out_on(&set, &sku))
 }
 
-/// [`validate_leave_one_model_out`] on an already-read set.
+/// [`validate_leave_one_model_out`] on an already-read A100 set.
 pub fn leave_one_model_out(set: &ProfileSet) -> Vec<ModelReport> {
+    leave_one_model_out_on(set, &a100())
+}
+
+fn leave_one_model_out_on(set: &ProfileSet, sku: &GpuSku) -> Vec<ModelReport> {
     let mut out = Vec::new();
     for (mi, m) in set.models.iter().enumerate() {
         let mut train = set.clone();
         train.models.remove(mi);
         let has_attn = train.models.iter().any(|t| !t.attention.is_empty());
-        let model = CostModel::fit(&train, &a100()).expect("fitting a parsed set cannot fail");
+        let model = CostModel::fit(&train, sku).expect("fitting a parsed set cannot fail");
         let samples = all_samples(set)
             .into_iter()
             .filter(|s| matches!(s, Sample::Mlp { model, .. } if *model == mi))
             .chain(m.attention.iter().filter(|_| has_attn).cloned().map(Sample::Attn));
-        out.push(ModelReport { model: m.name.clone(), report: evaluate(&model, set, samples.collect(), &a100()) });
+        out.push(ModelReport { model: m.name.clone(), report: evaluate(&model, set, samples.collect(), sku) });
     }
     out
 }
@@ -259,7 +361,7 @@ fn evaluate(model: &CostModel, set: &ProfileSet, samples: Vec<Sample>, sku: &Gpu
         if secs < MIN_SECS {
             continue;
         }
-        let pred = model.op_secs(&dev, &spec);
+        let pred = model.kernel_secs(&dev, &spec);
         errs.push((name, (pred - secs).abs() / secs));
     }
     ValidationReport::from_errors(errs)

@@ -3,6 +3,9 @@
 //! Architecture Invariant: figures here are vendor datasheet numbers (dense, no
 //! sparsity). Measured efficiency lives in the cost model, never here.
 
+mod custom;
+
+pub use custom::{skus_from_toml, DeviceConfig, GpuEntry};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -31,6 +34,10 @@ pub struct GpuSku {
     /// Host link bandwidth per direction, bytes/s.
     pub pcie_bw: f64,
     pub sm_count: u32,
+    /// Boost clock, GHz (0 where unknown). With `sm_count` it sets the throughput of
+    /// the kernels that reach only a fraction of HBM bandwidth (norms, activations).
+    #[serde(default)]
+    pub clock_ghz: f64,
 }
 
 const GB: f64 = 1e9;
@@ -38,7 +45,7 @@ const GIB: u64 = 1 << 30;
 
 /// The built-in catalog (datasheet figures).
 pub fn catalog() -> Vec<GpuSku> {
-    let sku = |name: &str, tflops: f64, hbm: f64, mem_gb: u64, nvl: f64, pcie: f64, sms| GpuSku {
+    let sku = |name: &str, tflops: f64, hbm: f64, mem_gb: u64, nvl: f64, pcie: f64, sms, clock_ghz| GpuSku {
         name: name.into(),
         peak_flops: tflops * 1e12,
         hbm_bw: hbm * GB,
@@ -47,32 +54,41 @@ pub fn catalog() -> Vec<GpuSku> {
         nvlink_bw: nvl * GB,
         pcie_bw: pcie * GB,
         sm_count: sms,
+        clock_ghz,
     };
     vec![
-        sku("A100-80GB", 312.0, 2039.0, 80, 300.0, 32.0, 108),
-        sku("H100-80GB", 989.4, 3350.0, 80, 450.0, 64.0, 132),
-        sku("H200-141GB", 989.4, 4800.0, 141, 450.0, 64.0, 132),
-        sku("L40S", 362.1, 864.0, 48, 0.0, 32.0, 142),
-        sku("A40", 149.7, 696.0, 48, 56.25, 32.0, 84),
+        sku("A100-80GB", 312.0, 2039.0, 80, 300.0, 32.0, 108, 1.41),
+        sku("H100-80GB", 989.4, 3350.0, 80, 450.0, 64.0, 132, 1.98),
+        sku("H200-141GB", 989.4, 4800.0, 141, 450.0, 64.0, 132, 1.98),
+        sku("L40S", 362.1, 864.0, 48, 0.0, 32.0, 142, 2.52),
+        sku("A40", 149.7, 696.0, 48, 56.25, 32.0, 84, 1.74),
     ]
 }
 
 /// Looks up a catalog SKU by name (case-insensitive; `A100`, `H100`, `H200` accepted).
 pub fn sku(name: &str) -> Result<GpuSku, HwError> {
+    sku_in(name, &[])
+}
+
+/// Looks up `name` among `extra` (user-given GPUs, e.g. from [`skus_from_toml`]) first,
+/// then in the catalog.
+pub fn sku_in(name: &str, extra: &[GpuSku]) -> Result<GpuSku, HwError> {
     let n = name.to_ascii_uppercase();
-    catalog()
-        .into_iter()
-        .find(|s| {
-            let u = s.name.to_ascii_uppercase();
-            u == n || u.split('-').next() == Some(n.as_str())
-        })
-        .ok_or_else(|| HwError::UnknownSku(name.to_string()))
+    let hit = |s: &GpuSku| {
+        let u = s.name.to_ascii_uppercase();
+        u == n || u.split('-').next() == Some(n.as_str())
+    };
+    extra.iter().find(|s| hit(s)).cloned().or_else(|| catalog().into_iter().find(hit)).ok_or_else(|| {
+        let mut names: Vec<String> = extra.iter().map(|s| s.name.clone()).collect();
+        names.extend(catalog().into_iter().map(|s| s.name));
+        HwError::UnknownSku { name: name.to_string(), known: names.join(", ") }
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum HwError {
-    #[error("unknown GPU `{0}` (catalog: A100-80GB, H100-80GB, H200-141GB, L40S, A40)")]
-    UnknownSku(String),
+    #[error("unknown GPU `{name}` (known: {known}; another GPU can be given by a device_config.yml or a [[gpu]] TOML entry)")]
+    UnknownSku { name: String, known: String },
     #[error("{path}: {msg}")]
     Invalid { path: String, msg: String },
     #[error("{path}: {source}")]
