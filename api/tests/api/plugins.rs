@@ -14,7 +14,7 @@ fn component(name: &str) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("{}: {e} (build the shipped plugins first: scripts/test.sh does)", path.display()))
 }
 
-fn upload(ct: &str, body: Vec<u8>) -> Request<Body> {
+pub(crate) fn upload(ct: &str, body: Vec<u8>) -> Request<Body> {
     Request::builder()
         .method(Method::POST)
         .uri("/api/v1/plugins")
@@ -124,7 +124,7 @@ async fn the_shipped_components_are_registered_at_start_up(pool: PgPool) {
 }
 
 /// The hostile plugin of the host's tests, built with one misbehaviour (once per target dir).
-fn hostile(feature: &str) -> Vec<u8> {
+pub(crate) fn hostile(feature: &str) -> Vec<u8> {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let out = repo().join(format!("target/plugins/hostile/{feature}.wasm"));
     let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
