@@ -266,10 +266,13 @@ pub fn write(dir: &Path, model: &ExecModel, p: &Profile, memory_bytes: u64, devi
     write_atomic(&folder.join("mlp.csv"), &mlp)?;
     write_atomic(&folder.join("attention.csv"), &attn)?;
     write_atomic(&folder.join("model_config.yml"), &cfg)?;
+    // A CPU device is in no GPU catalog: the file names it and gives its measured memory
+    // bandwidth, which is what `cost validate --fit` needs to read it as a new device.
     let dev = format!(
-        "# Measured by slicesched profile: the best bf16 GEMM rate of one device.\nfp16_tflops: {:.4}\ntotal_memory_gb: {:.3}\nnum_devices_per_node: {devices}\n",
+        "# Measured by slicesched profile: the best bf16 GEMM rate of one device and one core's read bandwidth.\nname: cpu-executor\nfp16_tflops: {:.4}\ntotal_memory_gb: {:.3}\nhbm_gbps: {:.2}\nnum_devices_per_node: {devices}\n",
         p.peak_gflops / 1e3,
-        memory_bytes as f64 / (1u64 << 30) as f64
+        memory_bytes as f64 / (1u64 << 30) as f64,
+        crate::bench::peak::read_bandwidth_gbs(256)
     );
     write_atomic(&dir.join("device_config.yml"), &dev)
 }

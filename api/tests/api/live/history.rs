@@ -104,17 +104,39 @@ async fn alpha_serving(app: &axum::Router) {
     poll(app, "/api/v1/live", |st| st["now"]["tenants"][0]["in_service"].as_u64() > Some(0)).await;
 }
 
-/// Alpha's and beta's greedy answers, each request on its own task, while `during` runs.
+/// Alpha's and beta's greedy answers, each request on its own task, sent every 30 ms
+/// until `during` has run and four more after it, so `during` always meets traffic and
+/// traffic always meets what `during` changed (tiny requests finish too fast for a fixed
+/// handful to outlast a poll).
 async fn traffic_during(base: &str, ka: &str, kb: &str, during: impl std::future::Future<Output = ()>) -> Vec<Value> {
     let c = reqwest::Client::new();
-    let mut tasks = Vec::new();
-    for i in 0..6 {
-        let (c, base) = (c.clone(), base.to_string());
-        let (k, m) = if i % 2 == 0 { (ka.to_string(), "tiny-2l") } else { (kb.to_string(), "tiny-4l") };
-        tasks.push(tokio::spawn(async move { complete(&c, &base, &k, m, &format!("request {i}"), 24).await }));
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    }
-    during.await;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sender = async {
+        let mut tasks = Vec::new();
+        let mut after = 0;
+        while after < 4 && tasks.len() < 300 {
+            // At most three of a tenant's requests at once: a decode batch of more than
+            // eight rows takes the panel GEMM instead of the GEMV, whose sums round
+            // differently, and greedy answers would then depend on the batch.
+            while tasks.iter().filter(|t: &&tokio::task::JoinHandle<Value>| !t.is_finished()).count() >= 6 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if done.load(std::sync::atomic::Ordering::SeqCst) {
+                after += 1;
+            }
+            let i = tasks.len();
+            let (c, base) = (c.clone(), base.to_string());
+            let (k, m) = if i % 2 == 0 { (ka.to_string(), "tiny-2l") } else { (kb.to_string(), "tiny-4l") };
+            tasks.push(tokio::spawn(async move { complete(&c, &base, &k, m, &format!("request {i}"), 24).await }));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        tasks
+    };
+    let during = async {
+        during.await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    };
+    let (tasks, ()) = tokio::join!(sender, during);
     let mut out = Vec::new();
     for t in tasks {
         out.push(t.await.unwrap());
@@ -147,7 +169,8 @@ async fn a_policy_switch_mid_traffic_loses_nothing(pool: PgPool) {
     let (s, v) = call(&app, axum::http::Method::DELETE, "/api/v1/live", Some(ADMIN), None).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let t = &v["now"]["tenants"];
-    assert_eq!((t[0]["completed"].as_u64(), t[1]["completed"].as_u64()), (Some(3), Some(3)), "{v}");
+    let sent = answers.len() as u64;
+    assert_eq!((t[0]["completed"].as_u64(), t[1]["completed"].as_u64()), (Some(sent.div_ceil(2)), Some(sent / 2)), "{v}");
     assert_eq!((t[0]["dropped"].as_u64(), t[1]["dropped"].as_u64()), (Some(0), Some(0)), "{v}");
     let (n,): (i64,) = sqlx::query_as("select count(*) from audit_log where action = 'live.policy' and target = $1")
         .bind(&id)
