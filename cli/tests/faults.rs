@@ -288,9 +288,11 @@ fn runs_survive_postgres_outages_and_kills_in_every_phase() {
     std::thread::sleep(Duration::from_secs(3));
     pg.up();
     // Final store: Postgres stops while A's job waits to store (its results are in memory).
+    // Longer than the pause plus the pool's 5 s acquire timeout: a shorter outage is
+    // waited out inside the acquire and never reaches the retry.
     wait_pauses(&log, "store", 1);
     pg.down();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(9));
     pg.up();
     let va = svc.wait(&a, terminal, 120);
     assert_eq!(va["status"], "succeeded", "results in memory are stored once the database is back: {va}");
@@ -300,7 +302,7 @@ fn runs_survive_postgres_outages_and_kills_in_every_phase() {
     all.push(c.clone());
     wait_pauses(&log, "start", 3);
     pg.down();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(9));
     pg.up();
     let vc = svc.wait(&c, terminal, 120);
     assert_eq!(vc["status"], "succeeded", "a start that met an outage goes on once the database is back: {vc}");
