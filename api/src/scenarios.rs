@@ -285,7 +285,10 @@ mod tests {
     #[test]
     fn a_scenario_names_its_files_with_their_hashes() {
         use sha2::Digest;
-        let cfg = Config { scenarios_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios"), ..Config::default() };
+        let cfg = Config {
+            scenarios_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios"),
+            ..Config::default()
+        };
         let r = resolve(&cfg, "azure-code-4t", 0).unwrap();
         // Four tenants name one trace: it is listed once, under the first.
         assert_eq!(r.inputs.len(), 1, "{:?}", r.inputs);

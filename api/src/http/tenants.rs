@@ -346,7 +346,11 @@ async fn put_sla(
     tx.commit().await?;
     // A tenant served live is judged against its new SLA from its next request on.
     if let Some(c) = st.live.current() {
-        let sla = slicesched_engine::Sla { ttft_ms: body.ttft_ms, ttft_ms_per_1k: body.ttft_ms_per_1k, tpot_ms: body.tpot_ms };
+        let sla = slicesched_engine::Sla {
+            ttft_ms: body.ttft_ms,
+            ttft_ms_per_1k: body.ttft_ms_per_1k,
+            tpot_ms: body.tpot_ms,
+        };
         if c.set_sla(id, sla) {
             crate::live::history::sla_changed(&st.db, c.id, id, version, &sla).await?;
         }

@@ -20,9 +20,7 @@ pub struct Watched {
 }
 
 /// What the loop gets for a policy instance, and the quarantine notice of a plugin's.
-pub fn watch(
-    instance: crate::policies::Instance,
-) -> (Box<dyn Policy>, Option<(Uuid, oneshot::Receiver<Quarantined>)>) {
+pub fn watch(instance: crate::policies::Instance) -> (Box<dyn Policy>, Option<(Uuid, oneshot::Receiver<Quarantined>)>) {
     match instance {
         crate::policies::Instance::Native(p) => (p, None),
         crate::policies::Instance::Plugin { id, policy } => {

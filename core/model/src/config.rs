@@ -433,9 +433,7 @@ impl ModelConfig {
         let qkv = h * qkv_n + if self.biases.qkv { qkv_n } else { 0 };
         let o = self.num_attention_heads / t * self.head_dim * h + if self.biases.o { h } else { 0 };
         let up_mats = if self.gated_mlp { 2 } else { 1 };
-        let mlp_of = |width: u64| {
-            h * width * (up_mats + 1) + if self.biases.mlp { up_mats * width + h } else { 0 }
-        };
+        let mlp_of = |width: u64| h * width * (up_mats + 1) + if self.biases.mlp { up_mats * width + h } else { 0 };
         let mlp = match self.moe {
             None => mlp_of(self.intermediate_size / t),
             Some(m) if m.expert_parallel => m.experts as u64 / t * mlp_of(m.expert_intermediate) + m.experts as u64 * h,

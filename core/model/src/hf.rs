@@ -115,7 +115,9 @@ impl ModelConfig {
         let v: Value =
             serde_json::from_str(text).map_err(|e| ModelError::Parse { path: path.into(), msg: e.to_string() })?;
         let map = v.as_object().ok_or_else(|| ModelError::Parse { path: path.into(), msg: "not an object".into() })?;
-        if let Some(k) = map.keys().find(|k| !UNDERSTOOD_KEYS.contains(&k.as_str()) && !COST_NEUTRAL_KEYS.contains(&k.as_str())) {
+        if let Some(k) =
+            map.keys().find(|k| !UNDERSTOOD_KEYS.contains(&k.as_str()) && !COST_NEUTRAL_KEYS.contains(&k.as_str()))
+        {
             return Err(ModelError::UnknownKey { path: path.into(), key: k.clone() });
         }
         let c = Keys { map, path };
@@ -220,7 +222,14 @@ fn window(c: &Keys, family: &str, m: &mut ModelConfig) -> Result<(), ModelError>
 }
 
 fn moe(c: &Keys, family: &str, m: &mut ModelConfig) -> Result<(), ModelError> {
-    let moe_keys = ["num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers"];
+    let moe_keys = [
+        "num_local_experts",
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+    ];
     let (experts, width) = match family {
         "mixtral" => (c.u64("num_local_experts")?.unwrap_or(8), m.intermediate_size),
         "qwen3_moe" => {

@@ -18,6 +18,6 @@ mod ops;
 
 pub use arch::{Act, Biases, Moe, Norm, MAX_EXPERT_UNITS};
 pub use config::{preset_names, Dtype, ModelConfig, ModelError, Preset, PRESETS};
-pub use hf::{COST_NEUTRAL_KEYS, MODEL_TYPES, UNDERSTOOD_KEYS};
 pub use dag::{DecodeItem, IterationBatch, IterationDag, OpRef, PrefillItem, Segment};
+pub use hf::{COST_NEUTRAL_KEYS, MODEL_TYPES, UNDERSTOOD_KEYS};
 pub use ops::{AttnShape, OpKind, OpShape, OpSpec};

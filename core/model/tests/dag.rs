@@ -1,8 +1,6 @@
 //! The iteration DAG of the architectures beyond the Llama layout.
 
-use slicesched_model::{
-    preset_names, DecodeItem, IterationBatch, ModelConfig, OpKind, OpShape, PrefillItem, Segment,
-};
+use slicesched_model::{preset_names, DecodeItem, IterationBatch, ModelConfig, OpKind, OpShape, PrefillItem, Segment};
 
 fn mixed() -> IterationBatch {
     IterationBatch {
@@ -19,7 +17,8 @@ fn attention(m: &ModelConfig, b: &IterationBatch) -> slicesched_model::OpSpec {
 /// read (with every expert reached) are the weights one GPU holds.
 #[test]
 fn dags_are_whole_and_read_the_resident_weights() {
-    let big = IterationBatch { prefills: vec![PrefillItem { chunk: 2048, prior_kv: 0, samples: true }], decodes: vec![] };
+    let big =
+        IterationBatch { prefills: vec![PrefillItem { chunk: 2048, prior_kv: 0, samples: true }], decodes: vec![] };
     for name in preset_names() {
         let m = ModelConfig::preset(name).unwrap();
         for tp in [1u32, 2] {
@@ -88,7 +87,8 @@ fn sliding_window_caps_attention() {
     assert_eq!(aw.flops, 4 * 128 * 32 * (pairs + 4196));
     assert!(aw.bytes < af.bytes);
     // Short contexts are untouched.
-    let short = IterationBatch { prefills: vec![PrefillItem { chunk: 100, prior_kv: 50, samples: true }], decodes: vec![] };
+    let short =
+        IterationBatch { prefills: vec![PrefillItem { chunk: 100, prior_kv: 50, samples: true }], decodes: vec![] };
     assert_eq!(attention(&w, &short), attention(&full, &short));
 }
 

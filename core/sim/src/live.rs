@@ -5,8 +5,8 @@
 
 use crate::replay::{ReplayOptions, ReplayResult, Sim};
 use crate::{End, OpExecutor, RequestRecord, Scenario, Summary, TimeSeries};
-use slicesched_engine::Sla;
 use slicesched_cost::CostModel;
+use slicesched_engine::Sla;
 use slicesched_policy::Policy;
 use std::cmp::Reverse;
 

@@ -107,10 +107,9 @@ fn expert_parallelism_replays_with_its_all_to_all() {
 
 #[test]
 fn expert_parallel_needs_a_mixture_of_experts() {
-    let text = moe_scenario(false).replace("expert_parallel = false", "").replace(
-        "gpus = [2, 3]\n",
-        "gpus = [2, 3]\nexpert_parallel = true\n",
-    );
+    let text = moe_scenario(false)
+        .replace("expert_parallel = false", "")
+        .replace("gpus = [2, 3]\n", "gpus = [2, 3]\nexpert_parallel = true\n");
     let e = scenario_err(&text);
     assert!(e.contains("expert_parallel") && e.contains("llama-3-8b"), "{e}");
 }

@@ -67,14 +67,12 @@ async fn live_traffic_is_stored_while_it_is_served(pool: PgPool) {
 
     // A new SLA judges alpha's requests from then on: one no request can meet.
     let strict = json!({"ttft_ms": 0.001, "tpot_ms": 0.001});
-    let (s, v) = call(&app, axum::http::Method::PUT, &format!("/api/v1/tenants/{alpha}/sla"), Some(&ka), Some(strict))
-        .await;
+    let (s, v) =
+        call(&app, axum::http::Method::PUT, &format!("/api/v1/tenants/{alpha}/sla"), Some(&ka), Some(strict)).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     complete(&c, &base, &ka, "tiny-2l", "judge me", 4).await;
-    let reqs = poll(&app, &format!("{run_path}/requests?tenant=alpha"), |v| {
-        v["items"].as_array().unwrap().len() == 3
-    })
-    .await;
+    let reqs =
+        poll(&app, &format!("{run_path}/requests?tenant=alpha"), |v| v["items"].as_array().unwrap().len() == 3).await;
     let last = reqs["items"].as_array().unwrap().iter().max_by_key(|r| r["id"].as_i64()).unwrap().clone();
     assert_eq!((last["violated"].as_bool(), last["ttft_target_ms"].as_f64()), (Some(true), Some(0.001)), "{last}");
     let (_, stats) = get(&app, &format!("/api/v1/tenants/{alpha}/stats"), &ka).await;
@@ -170,7 +168,11 @@ async fn a_policy_switch_mid_traffic_loses_nothing(pool: PgPool) {
     assert_eq!(s, StatusCode::OK, "{v}");
     let t = &v["now"]["tenants"];
     let sent = answers.len() as u64;
-    assert_eq!((t[0]["completed"].as_u64(), t[1]["completed"].as_u64()), (Some(sent.div_ceil(2)), Some(sent / 2)), "{v}");
+    assert_eq!(
+        (t[0]["completed"].as_u64(), t[1]["completed"].as_u64()),
+        (Some(sent.div_ceil(2)), Some(sent / 2)),
+        "{v}"
+    );
     assert_eq!((t[0]["dropped"].as_u64(), t[1]["dropped"].as_u64()), (Some(0), Some(0)), "{v}");
     let (n,): (i64,) = sqlx::query_as("select count(*) from audit_log where action = 'live.policy' and target = $1")
         .bind(&id)
@@ -205,7 +207,10 @@ async fn a_hostile_plugin_switched_in_is_quarantined_while_traffic_continues(poo
     let (_, audit) = get(&app, &format!("/api/v1/audit?action=plugin.quarantine&target={plugin}"), ADMIN).await;
     let items = audit["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{audit}");
-    assert_eq!((items[0]["actor"].clone(), items[0]["detail"]["run_id"].clone()), (json!(format!("system:run:{id}")), json!(id)));
+    assert_eq!(
+        (items[0]["actor"].clone(), items[0]["detail"]["run_id"].clone()),
+        (json!(format!("system:run:{id}")), json!(id))
+    );
     assert!(items[0]["detail"]["cause"].as_str().unwrap().contains("trapped in `place`"), "{audit}");
     // Serving goes on under the fallback.
     let st = live_status(&app).await;
