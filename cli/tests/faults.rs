@@ -9,9 +9,10 @@
 //! Needs Debian's `postgresql` (initdb, pg_ctl); skipped with a note when absent.
 //! `FAULT_SEED` picks the kill points (default 16).
 
+mod common;
+
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -124,25 +125,7 @@ fn unsafe_is_root() -> bool {
 
 /// One HTTP/1.1 exchange; (status, body).
 fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    let body = body.unwrap_or("");
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let status = out.split(' ').nth(1)?.parse().ok()?;
-    let body = out.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default();
-    let body = match (body.find('{'), body.rfind('}')) {
-        (Some(a), Some(b)) => body[a..=b].to_string(),
-        _ => body,
-    };
-    Some((status, body))
+    common::http(port, TOKEN, Duration::from_secs(30), method, path, body)
 }
 
 struct Service {

@@ -3,9 +3,10 @@
 //! scenario is sent and accounted for, the server saw each of them, and the comparison
 //! with a replay is written.
 
+mod common;
+
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,25 +23,8 @@ fn repo() -> PathBuf {
 
 /// One HTTP/1.1 exchange as the admin; (status, JSON body).
 fn http(port: u16, method: &str, path: &str, body: Option<Value>) -> Option<(u16, Value)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let status = out.split(' ').nth(1)?.parse().ok()?;
-    let body = out.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default();
-    // Chunked framing, if any, wraps one JSON document.
-    let body = match (body.find('{'), body.rfind('}')) {
-        (Some(a), Some(b)) => body[a..=b].to_string(),
-        _ => body,
-    };
+    let body = body.map(|b| b.to_string());
+    let (status, body) = common::http(port, TOKEN, Duration::from_secs(60), method, path, body.as_deref())?;
     Some((status, serde_json::from_str(&body).unwrap_or(Value::String(body))))
 }
 

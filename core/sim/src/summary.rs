@@ -88,34 +88,24 @@ impl Sim<'_> {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let RequestStats {
-                    requests: n,
-                    completed: done,
-                    dropped,
-                    violation_rate: vr,
-                    prompt_tokens_per_s: pts,
-                    output_tokens_per_s: ots,
-                    ttft_ms: ttft,
-                    tpot_ms: tpot,
-                    ..
-                } = RequestStats::of(self.records.iter().filter(keep).filter(|r| r.tenant as usize == i), dur_s);
+                let st = RequestStats::of(self.records.iter().filter(keep).filter(|r| r.tenant as usize == i), dur_s);
                 TenantStats {
                     name: t.name.clone(),
                     model: t.model.name.clone(),
                     gpus: t.gpus.iter().map(|g| g.0).collect(),
                     kv_blocks: t.kv_blocks,
-                    requests: n,
-                    completed: done,
-                    dropped,
-                    violation_rate: vr,
-                    prompt_tokens_per_s: pts,
-                    output_tokens_per_s: ots,
-                    ttft_p50_ms: ttft[0],
-                    ttft_p90_ms: ttft[1],
-                    ttft_p99_ms: ttft[2],
-                    tpot_p50_ms: tpot[0],
-                    tpot_p90_ms: tpot[1],
-                    tpot_p99_ms: tpot[2],
+                    requests: st.requests,
+                    completed: st.completed,
+                    dropped: st.dropped,
+                    violation_rate: st.violation_rate,
+                    prompt_tokens_per_s: st.prompt_tokens_per_s,
+                    output_tokens_per_s: st.output_tokens_per_s,
+                    ttft_p50_ms: st.ttft_ms[0],
+                    ttft_p90_ms: st.ttft_ms[1],
+                    ttft_p99_ms: st.ttft_ms[2],
+                    tpot_p50_ms: st.tpot_ms[0],
+                    tpot_p90_ms: st.tpot_ms[1],
+                    tpot_p99_ms: st.tpot_ms[2],
                     preemptions: self.tenant_insts[i]
                         .iter()
                         .map(|&k| self.insts[k as usize].engine.preemptions())
@@ -172,37 +162,26 @@ impl Sim<'_> {
                 gap_histogram: g.gaps.clone(),
             })
             .collect();
-        let RequestStats {
-            requests: n,
-            completed: done,
-            dropped,
-            violation_rate: vr,
-            prompt_tokens_per_s: pts,
-            output_tokens_per_s: ots,
-            ttft_ms: ttft,
-            tpot_ms: tpot,
-            ..
-        } = RequestStats::of(self.records.iter().filter(keep), dur_s);
-        let reasons = dropped_by_reason(&self.records);
+        let st = RequestStats::of(self.records.iter().filter(keep), dur_s);
         Summary {
             policy: self.policy.name().to_string(),
             scenario: self.scn.spec.name.clone(),
             seed: self.scn.spec.seed,
-            requests: n,
-            completed: done,
-            dropped,
-            dropped_by_reason: reasons,
+            requests: st.requests,
+            completed: st.completed,
+            dropped: st.dropped,
+            dropped_by_reason: dropped_by_reason(&self.records),
             skipped_trace_rows: self.scn.skipped.clone(),
-            violation_rate: vr,
+            violation_rate: st.violation_rate,
             duration_s: dur_s,
-            prompt_tokens_per_s: pts,
-            output_tokens_per_s: ots,
-            ttft_p50_ms: ttft[0],
-            ttft_p90_ms: ttft[1],
-            ttft_p99_ms: ttft[2],
-            tpot_p50_ms: tpot[0],
-            tpot_p90_ms: tpot[1],
-            tpot_p99_ms: tpot[2],
+            prompt_tokens_per_s: st.prompt_tokens_per_s,
+            output_tokens_per_s: st.output_tokens_per_s,
+            ttft_p50_ms: st.ttft_ms[0],
+            ttft_p90_ms: st.ttft_ms[1],
+            ttft_p99_ms: st.ttft_ms[2],
+            tpot_p50_ms: st.tpot_ms[0],
+            tpot_p90_ms: st.tpot_ms[1],
+            tpot_p99_ms: st.tpot_ms[2],
             oom_events: gpus.iter().map(|g| g.oom_events).sum(),
             op_events: self.op_events,
             iterations: self.iterations,
