@@ -108,18 +108,34 @@ pub(crate) fn quantile(v: &mut [f64], q: f64) -> f64 {
     v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
 }
 
+/// The weighted sums of a least-squares line fit `y ≈ a + b·x`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct LineSums {
+    pub sw: f64,
+    pub sx: f64,
+    pub sy: f64,
+    pub sxx: f64,
+    pub sxy: f64,
+}
+
+impl LineSums {
+    pub fn add(&mut self, x: f64, y: f64, w: f64) {
+        self.sw += w;
+        self.sx += w * x;
+        self.sy += w * y;
+        self.sxx += w * x * x;
+        self.sxy += w * x * y;
+    }
+}
+
 /// `y ≈ a + b·x` minimising relative error (weights 1/y²): small messages matter as much
 /// as big ones. Returns `(a, b)`, both clamped non-negative.
 pub(crate) fn fit_line_rel(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
-    let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut l = LineSums::default();
     for &(x, y) in pts.iter().filter(|p| p.1 > 0.0) {
-        let w = 1.0 / (y * y);
-        sw += w;
-        sx += w * x;
-        sy += w * y;
-        sxx += w * x * x;
-        sxy += w * x * y;
+        l.add(x, y, 1.0 / (y * y));
     }
+    let LineSums { sw, sx, sy, sxx, sxy } = l;
     let det = sw * sxx - sx * sx;
     if pts.len() < 2 || det.abs() < f64::MIN_POSITIVE {
         return None;

@@ -236,15 +236,11 @@ fn fit_cpu(red: &[Reduced], gpu: &[f64]) -> (f64, f64) {
     let pts: Vec<(f64, f64, f64)> =
         red.iter().zip(gpu).map(|(r, g)| (r.requests, r.measured - g, r.measured)).collect();
     // Weighted least squares of (measured − gpu) on (1, requests), weights 1/measured².
-    let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut l = crate::curve::LineSums::default();
     for &(x, y, m) in &pts {
-        let w = 1.0 / (m * m);
-        sw += w;
-        sx += w * x;
-        sy += w * y;
-        sxx += w * x * x;
-        sxy += w * x * y;
+        l.add(x, y, 1.0 / (m * m));
     }
+    let crate::curve::LineSums { sw, sx, sy, sxx, sxy } = l;
     let det = sw * sxx - sx * sx;
     let (a, b) = if det.abs() > f64::MIN_POSITIVE {
         ((sy * sxx - sx * sxy) / det, (sw * sxy - sx * sy) / det)
