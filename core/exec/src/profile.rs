@@ -80,6 +80,8 @@ pub struct Profile {
     pub attention: Vec<AttnPoint>,
     /// The best GEMM rate measured on one device (GFLOP/s).
     pub peak_gflops: f64,
+    /// One core's read bandwidth from memory (GB/s): a CPU device's "HBM".
+    pub read_gbs: f64,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -208,7 +210,8 @@ pub fn profile(
     progress(done, total, "peak GEMM rate");
     let peak_gflops = measure_peak(b, devices[0])?;
     progress(total, total, "done");
-    Ok(Profile { tp, mlp, attention, peak_gflops })
+    let read_gbs = crate::bench::peak::read_bandwidth_gbs(256);
+    Ok(Profile { tp, mlp, attention, peak_gflops, read_gbs })
 }
 
 fn write_atomic(path: &Path, text: &str) -> Result<(), ExecError> {
@@ -272,7 +275,7 @@ pub fn write(dir: &Path, model: &ExecModel, p: &Profile, memory_bytes: u64, devi
         "# Measured by slicesched profile: the best bf16 GEMM rate of one device and one core's read bandwidth.\nname: cpu-executor\nfp16_tflops: {:.4}\ntotal_memory_gb: {:.3}\nhbm_gbps: {:.2}\nnum_devices_per_node: {devices}\n",
         p.peak_gflops / 1e3,
         memory_bytes as f64 / (1u64 << 30) as f64,
-        crate::bench::peak::read_bandwidth_gbs(256)
+        p.read_gbs
     );
     write_atomic(&dir.join("device_config.yml"), &dev)
 }
