@@ -18,34 +18,37 @@ pub struct Candidate {
     pub preset: &'static str,
     /// Short form for tenant names.
     pub short: &'static str,
-    /// Context window, tokens, of the released model (the presets carry none): a load
-    /// whose p99 request is longer is never given to it.
-    pub context: u32,
     /// Billions of parameters (for the draw and the SLA).
     pub params_b: f64,
     /// Relative frequency in a mix: 7-8B models are the common case, 70B the rare one.
     pub weight: f64,
 }
 
-const fn c(preset: &'static str, short: &'static str, context: u32, params_b: f64, weight: f64) -> Candidate {
-    Candidate { preset, short, context, params_b, weight }
+const fn c(preset: &'static str, short: &'static str, params_b: f64, weight: f64) -> Candidate {
+    Candidate { preset, short, params_b, weight }
+}
+
+impl Candidate {
+    /// The preset's context window, tokens: a load whose p99 request is longer is never
+    /// given to it (its rarer longer requests are dropped at arrival, as a server would).
+    pub fn context(&self) -> u64 {
+        ModelConfig::preset(self.preset).ok().and_then(|m| m.context_window).unwrap_or(u64::MAX)
+    }
 }
 
 /// The presets a mix draws from (the tiny CPU-test models are not among them).
 pub const CANDIDATES: &[Candidate] = &[
-    c("llama-2-7b", "l2-7b", 4096, 6.7, 1.0),
-    c("llama-2-13b", "l2-13b", 4096, 13.0, 1.0),
-    c("llama-2-70b", "l2-70b", 4096, 69.0, 0.3),
-    c("llama-3-8b", "l3-8b", 8192, 8.0, 2.0),
-    c("llama-3-70b", "l3-70b", 8192, 70.6, 0.4),
-    // Mistral-7B v0.1 and Small 24B (2501): 32k positions.
-    c("mistral-7b", "mistral-7b", 32_768, 7.2, 1.5),
-    c("mistral-small-24b", "mistral-24b", 32_768, 23.6, 1.0),
-    // Qwen2.5: 32k native, 128k with YaRN (what long-context deployments run).
-    c("qwen2.5-7b", "qwen-7b", 131_072, 7.6, 1.5),
-    c("qwen2.5-14b", "qwen-14b", 131_072, 14.7, 1.0),
-    c("qwen2.5-32b", "qwen-32b", 131_072, 32.8, 0.6),
-    c("codellama-34b", "codellama-34b", 16_384, 33.7, 0.4),
+    c("llama-2-7b", "l2-7b", 6.7, 1.0),
+    c("llama-2-13b", "l2-13b", 13.0, 1.0),
+    c("llama-2-70b", "l2-70b", 69.0, 0.3),
+    c("llama-3-8b", "l3-8b", 8.0, 2.0),
+    c("llama-3-70b", "l3-70b", 70.6, 0.4),
+    c("mistral-7b", "mistral-7b", 7.2, 1.5),
+    c("mistral-small-24b", "mistral-24b", 23.6, 1.0),
+    c("qwen2.5-7b", "qwen-7b", 7.6, 1.5),
+    c("qwen2.5-14b", "qwen-14b", 14.7, 1.0),
+    c("qwen2.5-32b", "qwen-32b", 32.8, 0.6),
+    c("codellama-34b", "codellama-34b", 33.7, 0.4),
 ];
 
 /// Answers, per (preset, TP), the KV tokens a home gets alone on its GPUs.

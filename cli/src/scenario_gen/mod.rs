@@ -171,7 +171,7 @@ fn draw_tenant(
         let proto = load::draw_shape(rng, kind, traces);
         let mut options: Vec<(&Candidate, u32, u64)> = Vec::new();
         for c in CANDIDATES {
-            if c.context < proto.lengths.p99_tokens {
+            if c.context() < proto.lengths.p99_tokens as u64 {
                 continue;
             }
             let useful = proto.useful_kv_tokens();

@@ -98,6 +98,10 @@ pub struct ModelConfig {
     pub sandwich_norms: bool,
     #[serde(default, skip_serializing_if = "is_default")]
     pub moe: Option<Moe>,
+    /// Positions the model serves, prompt and output together (HF
+    /// `max_position_embeddings`); `None`: not stated, nothing is refused for length.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub context_window: Option<u64>,
 }
 
 /// A preset: (name, hidden, heads, kv heads, head dim, intermediate, layers, vocab).
@@ -115,6 +119,7 @@ pub const PRESETS: &[Preset] = &[
     ("qwen2.5-7b", 3584, 28, 4, 128, 18944, 28, 152064),
     ("qwen2.5-14b", 5120, 40, 8, 128, 13824, 48, 152064),
     ("qwen2.5-32b", 5120, 40, 8, 128, 27648, 64, 152064),
+    ("codellama-13b", 5120, 40, 40, 128, 13824, 40, 32016),
     ("codellama-34b", 8192, 64, 8, 128, 22016, 48, 32000),
     // Tiny Llama-shaped models the CPU executor runs in CI in seconds (GQA, real layouts).
     ("tiny-2l", 256, 8, 2, 32, 768, 2, 512),
@@ -140,6 +145,24 @@ pub fn preset_names() -> Vec<&'static str> {
     PRESETS.iter().map(|p| p.0).chain(CONFIG_PRESETS.iter().map(|p| p.0)).collect()
 }
 
+/// Context windows of the released models behind the [`PRESETS`] (their
+/// `max_position_embeddings`; Qwen2.5 as deployed for long context, with YaRN). The
+/// tiny test models state none.
+const PRESET_WINDOWS: &[(&str, u64)] = &[
+    ("llama-2-7b", 4096),
+    ("llama-2-13b", 4096),
+    ("llama-2-70b", 4096),
+    ("llama-3-8b", 8192),
+    ("llama-3-70b", 8192),
+    ("mistral-7b", 32_768),
+    ("mistral-small-24b", 32_768),
+    ("qwen2.5-7b", 131_072),
+    ("qwen2.5-14b", 131_072),
+    ("qwen2.5-32b", 131_072),
+    ("codellama-13b", 16_384),
+    ("codellama-34b", 16_384),
+];
+
 /// Other spellings users and traces use for the presets.
 const ALIASES: &[(&str, &str)] = &[
     ("llama-2-7b-hf", "llama-2-7b"),
@@ -157,6 +180,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("qwen2.5-32b-instruct", "qwen2.5-32b"),
     ("mistral-small-24b-instruct-2501", "mistral-small-24b"),
     ("mistral-small-24b-base-2501", "mistral-small-24b"),
+    ("codellama-13b-hf", "codellama-13b"),
     ("codellama-34b-hf", "codellama-34b"),
 ];
 
@@ -177,9 +201,8 @@ struct VidurConfig {
     /// False for a parallel attention+MLP block (Vidur's phi-2).
     post_attn_norm: Option<bool>,
     partial_rotary_factor: Option<f64>,
+    max_position_embeddings: Option<u64>,
     // Read so that they are known; they do not change cost.
-    #[allow(dead_code)]
-    max_position_embeddings: Option<serde_yaml::Value>,
     #[allow(dead_code)]
     rope_theta: Option<serde_yaml::Value>,
     #[allow(dead_code)]
@@ -208,7 +231,9 @@ impl ModelConfig {
         }
         let &(n, h, q, kv, d, i, l, v) =
             PRESETS.iter().find(|p| p.0 == key).ok_or_else(|| ModelError::UnknownPreset(name.to_string()))?;
-        Ok(Self::llama(n, h, q, kv, d, i, l, v))
+        let mut m = Self::llama(n, h, q, kv, d, i, l, v);
+        m.context_window = PRESET_WINDOWS.iter().find(|w| w.0 == n).map(|w| w.1);
+        Ok(m)
     }
 
     /// A Llama-layout model of these sizes (bf16, gated SiLU MLP, RMSNorm, full RoPE).
@@ -237,6 +262,7 @@ impl ModelConfig {
             qk_norm: false,
             sandwich_norms: false,
             moe: None,
+            context_window: None,
         }
     }
 
@@ -288,6 +314,7 @@ impl ModelConfig {
         let bias = c.use_bias.unwrap_or(false);
         cfg.biases = Biases { qkv: bias || c.use_qkv_bias.unwrap_or(false), o: bias, mlp: bias, lm_head: false };
         cfg.parallel_block = !c.post_attn_norm.unwrap_or(true);
+        cfg.context_window = c.max_position_embeddings;
         if let Some(f) = c.partial_rotary_factor {
             cfg.rotary_dim = crate::hf::rotary_dim(f, head_dim).map_err(|m| field("partial_rotary_factor", m))?;
         }
@@ -331,6 +358,9 @@ impl ModelConfig {
             if r == 0 || r > self.head_dim || r % 2 == 1 {
                 return bad("partial_rotary_factor", "rotary dimensions must be even and within the head");
             }
+        }
+        if self.context_window == Some(0) {
+            return bad("max_position_embeddings", "must be positive");
         }
         if self.sliding_window == Some(0) {
             return bad("sliding_window", "must be positive");
@@ -495,6 +525,7 @@ mod tests {
         assert!((billions("qwen2.5-7b") - 7.6).abs() < 0.1);
         assert!((billions("mistral-small-24b") - 23.6).abs() < 0.1, "{}", billions("mistral-small-24b"));
         assert!((billions("qwen2.5-32b") - 32.8).abs() < 0.2, "{}", billions("qwen2.5-32b"));
+        assert!((billions("codellama-13b") - 13.0).abs() < 0.1, "{}", billions("codellama-13b"));
         assert!((billions("codellama-34b") - 33.7).abs() < 0.2, "{}", billions("codellama-34b"));
     }
 
@@ -546,5 +577,23 @@ mod tests {
         let m = ModelConfig::from_vidur_yaml(y, "m.yml", "Meta-Llama-3-8B").unwrap();
         assert_eq!(m.num_key_value_heads, 8);
         assert_eq!(m.head_dim, 128);
+        assert_eq!(m.context_window, None);
+        let m = ModelConfig::from_vidur_yaml(&format!("{y}max_position_embeddings: 8192\n"), "m.yml", "l3").unwrap();
+        assert_eq!(m.context_window, Some(8192));
+    }
+
+    #[test]
+    fn context_windows_come_from_the_config_or_the_released_model() {
+        let w = |n: &str| ModelConfig::preset(n).unwrap().context_window;
+        assert_eq!((w("llama-2-13b"), w("llama-3-8b"), w("codellama-13b")), (Some(4096), Some(8192), Some(16_384)));
+        assert_eq!((w("mixtral-8x7b"), w("phi-2"), w("tiny-2l")), (Some(32_768), Some(2048), None));
+        // Every preset a user would serve states one (only the CPU test models do not).
+        for n in preset_names().into_iter().filter(|n| !n.starts_with("tiny-")) {
+            assert!(w(n).is_some(), "{n}");
+        }
+        let j = r#"{"hidden_size":64,"num_attention_heads":4,"intermediate_size":128,"num_hidden_layers":2,
+            "vocab_size":100,"max_position_embeddings":0}"#;
+        let e = ModelConfig::from_hf_json(j, "x.json", "x").unwrap_err().to_string();
+        assert!(e.contains("max_position_embeddings") && e.contains("positive"), "{e}");
     }
 }

@@ -23,7 +23,6 @@ pub const COST_NEUTRAL_KEYS: &[&str] = &[
     "hidden_dropout",
     "initializer_range",
     "layer_norm_eps",
-    "max_position_embeddings",
     "norm_topk_prob",
     "output_router_logits",
     "pad_token_id",
@@ -40,8 +39,9 @@ pub const COST_NEUTRAL_KEYS: &[&str] = &[
     "use_cache",
 ];
 
-/// Keys this parser reads (they change the DAG or the sizes).
+/// Keys this parser reads (they change the DAG, the sizes or what a request may ask).
 pub const UNDERSTOOD_KEYS: &[&str] = &[
+    "max_position_embeddings",
     "model_type",
     "hidden_size",
     "num_attention_heads",
@@ -177,6 +177,7 @@ impl ModelConfig {
         }
         let rotary = c.f64("partial_rotary_factor")?.unwrap_or(if family == "phi" { 0.5 } else { 1.0 });
         m.rotary_dim = rotary_dim(rotary, head_dim).map_err(|e| c.err("partial_rotary_factor", e))?;
+        m.context_window = c.u64("max_position_embeddings")?;
         self::window(&c, family, &mut m)?;
         self::moe(&c, family, &mut m)?;
         m.validate(path)?;

@@ -25,8 +25,11 @@ fn llama_presets_are_bit_identical() {
         IterationBatch { prefills: vec![], decodes: vec![DecodeItem { kv_len: 5000 }] },
     ];
     let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for p in PRESETS {
-        let m = ModelConfig::preset(p.0).unwrap();
+    // Presets added since are left out, and so is the context window (it limits what a
+    // request may ask, not what an op costs): the digest pins the original figures.
+    for p in PRESETS.iter().filter(|p| p.0 != "codellama-13b") {
+        let mut m = ModelConfig::preset(p.0).unwrap();
+        m.context_window = None;
         fnv(&mut h, serde_json::to_string(&m).unwrap().as_bytes());
         for tp in [1u32, 2, 4, 8] {
             if m.check_tp(tp).is_err() {

@@ -92,6 +92,10 @@ pub struct TenantSpec {
     /// every expert split across them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expert_parallel: bool,
+    /// Longest request served, prompt and output together (vLLM's `--max-model-len`):
+    /// at most the model's context window, which it defaults to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +125,9 @@ pub struct TenantSetup {
     pub keep_kv_tokens: u64,
     /// The tenant's explicit KV request (`keep_kv_tokens` in its `[[tenants]]`).
     pub kv_request: Option<u64>,
+    /// Longest request it serves (its `max_model_len`, else the model's context
+    /// window); a longer one is dropped at arrival. `None`: no limit stated.
+    pub max_model_len: Option<u64>,
 }
 
 impl TenantSetup {
@@ -211,6 +218,16 @@ impl Scenario {
             if let Some(k) = t.keep_kv_tokens.filter(|&k| k > MAX_KV_TOKENS) {
                 return Err(field(tf("keep_kv_tokens"), format!("must be at most {MAX_KV_TOKENS}, got {k}")));
             }
+            let max_model_len = match (t.max_model_len, model.context_window) {
+                (Some(0), _) => return Err(field(tf("max_model_len"), "must be positive".into())),
+                (Some(l), Some(w)) if l > w => {
+                    return Err(field(
+                        tf("max_model_len"),
+                        format!("{l} is over the model's context window (max_position_embeddings {w})"),
+                    ))
+                }
+                (l, w) => l.or(w),
+            };
             let engine = t.engine.unwrap_or(spec.engine);
             if engine.max_batched_tokens == 0 || engine.max_num_seqs == 0 || engine.block_size == 0 {
                 return Err(field(
@@ -240,6 +257,7 @@ impl Scenario {
                 activation_reserve,
                 keep_kv_tokens: t.keep_kv_tokens.unwrap_or(0),
                 kv_request: t.keep_kv_tokens,
+                max_model_len,
             });
         }
         spec.planner.check().map_err(|e| field("planner".into(), e))?;

@@ -118,8 +118,9 @@ fn accounting_adds_up() {
 
 #[test]
 fn overload_is_reported_not_lost() {
-    // A 13B model on one L40S with little room for KV and long prompts: requests that
-    // can never fit are dropped with a reason; the rest finish.
+    // A 14B model on one L40S with little room for KV and prompts as long as its
+    // context window: requests that can never fit are dropped with a reason; the rest
+    // finish.
     let scn = scenario(
         r#"
 name = "tight"
@@ -132,17 +133,81 @@ gpu = "L40S"
 gpus = 1
 [[tenants]]
 name = "big"
-model = "llama-2-13b"
+model = "qwen2.5-14b"
 gpus = [0]
 sla = { ttft_ms = 500, tpot_ms = 50 }
-trace = { kind = "poisson", rate = 4.0, prompt = { dist = "uniform", min = 1000, max = 40000 }, output = { dist = "fixed", value = 50 } }
+trace = { kind = "poisson", rate = 4.0, prompt = { dist = "uniform", min = 1000, max = 120000 }, output = { dist = "fixed", value = 50 } }
 "#,
     );
     let r = run(&scn, checked());
     let s = &r.summary;
     assert_eq!(s.oom_events, 0);
     assert!(s.dropped > 0, "some prompts exceed the KV cache");
-    assert!(s.dropped_by_reason.iter().all(|(why, _)| !why.is_empty()));
+    assert!(s.dropped_by_reason.iter().any(|(why, _)| why.contains("KV cache")), "{:?}", s.dropped_by_reason);
     assert_eq!(s.requests, s.completed + s.dropped);
     assert!(r.records.iter().all(|x| x.finish_ns.is_some() != x.dropped.is_some()));
+}
+
+/// Tenant `t` of a one-A100 scenario, serving `model` (with `extra` lines) under a
+/// load whose prompts run from 1k to 8k tokens and outputs are 600 tokens.
+fn long_prompts(model: &str, extra: &str) -> String {
+    format!(
+        r#"
+name = "long"
+seed = 5
+duration_s = 60
+drain_s = 30
+[cluster]
+[[cluster.nodes]]
+gpu = "A100-80GB"
+gpus = 1
+[[tenants]]
+name = "t"
+model = "{model}"
+gpus = [0]
+{extra}
+sla = {{ ttft_ms = 500, tpot_ms = 50 }}
+trace = {{ kind = "poisson", rate = 1.0, prompt = {{ dist = "uniform", min = 1000, max = 8000 }}, output = {{ dist = "fixed", value = 600 }} }}
+"#
+    )
+}
+
+#[test]
+fn a_request_longer_than_the_context_window_is_dropped_at_arrival_and_counted() {
+    // Llama-2-7B serves 4,096 positions: a longer prompt, or one whose output would
+    // run past them, is refused as a server refuses it, never scheduled.
+    let scn = scenario(&long_prompts("llama-2-7b", ""));
+    assert_eq!(scn.tenants[0].max_model_len, Some(4096));
+    let r = run(&scn, checked());
+    let count = |f: &dyn Fn(u64, u64) -> bool| {
+        scn.requests.iter().filter(|(_, q)| f(q.prompt_tokens as u64, q.output_tokens as u64)).count() as u64
+    };
+    let over_prompt = count(&|p, _| p > 4096);
+    let over_total = count(&|p, o| p <= 4096 && p + o > 4096);
+    assert!(over_prompt > 0 && over_total > 0, "{over_prompt} {over_total}");
+    let by = |why: &str| r.summary.dropped_by_reason.iter().find(|(w, _)| w.starts_with(why)).map(|x| x.1);
+    assert_eq!(by("prompt over the model's context window"), Some(over_prompt), "{:?}", r.summary.dropped_by_reason);
+    assert_eq!(by("prompt + output over the model's context window"), Some(over_total));
+    for x in r.records.iter().filter(|x| x.prompt_tokens as u64 + x.output_tokens as u64 > 4096) {
+        assert!(x.first_token_ns.is_none() && x.dropped.is_some() && x.violates(), "{x:?}");
+    }
+    // The rest are served: with a 32k window (Mistral-7B) nothing is refused for length.
+    let wide = run(&scenario(&long_prompts("mistral-7b", "")), checked());
+    assert!(wide.summary.dropped_by_reason.iter().all(|(w, _)| !w.contains("context window")));
+    assert!(r.summary.completed > 0);
+}
+
+#[test]
+fn a_tenants_max_model_len_lowers_the_window_and_cannot_raise_it() {
+    let scn = scenario(&long_prompts("mistral-7b", "max_model_len = 2048"));
+    assert_eq!(scn.tenants[0].max_model_len, Some(2048));
+    let r = run(&scn, checked());
+    let refused: u64 =
+        r.summary.dropped_by_reason.iter().filter(|(w, _)| w.contains("context window")).map(|x| x.1).sum();
+    let longer = scn.requests.iter().filter(|(_, q)| q.prompt_tokens + q.output_tokens > 2048).count() as u64;
+    assert_eq!(refused, longer);
+    let e = scenario_err(&long_prompts("llama-2-7b", "max_model_len = 8192"));
+    assert!(e.contains("tenants[0] (t).max_model_len") && e.contains("8192") && e.contains("4096"), "{e}");
+    let e = scenario_err(&long_prompts("llama-2-7b", "max_model_len = 0"));
+    assert!(e.contains("max_model_len") && e.contains("positive"), "{e}");
 }
