@@ -42,18 +42,33 @@ impl Default for Limits {
     }
 }
 
+// Measured with `/usr/bin/time -v slicesched replay` (README, "Limits"): a replay's
+// memory and time grow with its requests and with the simulated seconds its tenants
+// receive arrivals over (every engine iterates while it has work, however few requests
+// that is). Each constant is about twice the largest measured value.
+
 /// Bytes a replay holds per request, all told: the request, its engine state, its
-/// latency record and its row in the bulk insert (measured on `smoke` and
-/// `azure-code-4t`: well under this).
+/// latency record and its row in the bulk insert (measured: ~220 B in the replay on
+/// `azure-code-4t`, 34,826 requests, against `smoke`'s 171).
 pub const BYTES_PER_REQUEST: u64 = 2048;
-/// Bytes per GPU: device lanes, the memory ledger, idle-gap histograms, series.
+/// Bytes per tenant per simulated second of arrivals: per-second series, the policy's
+/// state (measured: 4.1 KiB under the Wasm `slice` on `uniform-4t` between 0.25× and
+/// 2×; 0.25 KiB under `dedicated` on `azure-code-4t`).
+pub const BYTES_PER_TENANT_SECOND: u64 = 8 << 10;
+/// Bytes per GPU: device lanes, the memory ledger, idle-gap histograms, and the
+/// whole-run busy rows of its home tenant (each at most 65,536 buckets of 12 bytes).
 pub const BYTES_PER_GPU: u64 = 1 << 20;
-/// A replay's fixed cost: cost model, policy, what-if timeline, buffers.
+/// A replay's fixed cost: cost model, policy, what-if timeline, buffers (measured: the
+/// whole process at 20 MiB on `smoke`).
 pub const BYTES_PER_RUN: u64 = 64 << 20;
 /// Bytes per recorded op of the timeline.
 pub const BYTES_PER_RECORDED_OP: u64 = 128;
-/// Wall seconds per request under the slowest shipped policy (`slice`: ~3,200 op events
-/// per request at ~1.5 M op events/s on one core).
+/// Wall seconds per tenant per simulated second of arrivals under the slowest shipped
+/// policy (the Wasm `slice`; measured on `uniform-4t`, four TP-2 tenants on 8 H100s:
+/// 23–31 ms at 2×–0.25×, 302 s for its 600 s at 0.25×).
+pub const WALL_S_PER_TENANT_SECOND: f64 = 0.035;
+/// Wall seconds per request on top: admission, prefill, records (measured: the
+/// intercept of the fit above, 1.4 ms).
 pub const WALL_S_PER_REQUEST: f64 = 0.002;
 /// Replays one sweep search takes, at most (bracketing and bisection).
 pub const REPLAYS_PER_SEARCH: u64 = 12;
@@ -127,20 +142,39 @@ pub fn trace_requests(t: &TraceSpec, duration_s: f64, field: &str, rows: &FileRo
     Ok(if n.is_finite() { n } else { f64::MAX })
 }
 
-/// Estimates a replay (or a sweep of `searches` searches) of `spec` and checks it
-/// against every limit. `cluster` is the scenario's cluster spec (inline or read from
-/// its file).
+/// Simulated seconds over which a tenant's trace delivers arrivals, at the recorded
+/// rate (a synthetic trace's window; a file trace's window, compressed by its own rate
+/// scale), at most the scenario's duration.
+pub fn trace_span_s(t: &TraceSpec, duration_s: f64) -> f64 {
+    let scale = t.rate_scale.filter(|s| s.is_finite() && *s > 0.0).unwrap_or(1.0);
+    let window = match t.kind {
+        TraceKind::Poisson | TraceKind::Gamma | TraceKind::Onoff => t.window_s,
+        TraceKind::Azure | TraceKind::Burstgpt | TraceKind::Mooncake => t.window_s.map(|w| w / scale),
+    };
+    let span = window.unwrap_or(duration_s).min(duration_s);
+    if span.is_finite() && span > 0.0 {
+        span
+    } else {
+        0.0
+    }
+}
+
+/// Estimates a replay at `rate_scale` (or a sweep of `searches` searches, each replay
+/// counted at the recorded rate, where searches start) of `spec` and checks it against
+/// every limit. `cluster` is the scenario's cluster spec (inline or read from its file).
 pub fn estimate(
     spec: &ScenarioSpec,
     cluster: &ClusterSpec,
     rows: &FileRows,
     searches: u64,
+    rate_scale: f64,
     record_ops: u64,
     limits: &Limits,
 ) -> Result<Estimate, ApiError> {
     let gpus = cluster_gpus(cluster, "scenario.cluster", limits)?;
     let duration = spec.duration_s.unwrap_or(f64::INFINITY);
-    let mut requests = 0f64;
+    let scale = if searches == 0 && rate_scale.is_finite() && rate_scale > 0.0 { rate_scale } else { 1.0 };
+    let (mut requests, mut tenant_s) = (0f64, 0f64);
     for (i, t) in spec.tenants.iter().enumerate() {
         let field = format!("scenario.tenants[{i}].trace");
         let n = trace_requests(&t.trace, duration, &field, rows)?;
@@ -148,6 +182,8 @@ pub fn estimate(
             return Err(over(&field, "requests estimated", limits.max_requests_per_tenant as f64, n.round()));
         }
         requests += n;
+        // A slower replay spreads the same arrivals over longer.
+        tenant_s += trace_span_s(&t.trace, duration) / scale;
     }
     if requests > limits.max_requests_per_run as f64 {
         let all = "requests estimated over all tenants";
@@ -157,13 +193,14 @@ pub fn estimate(
     let memory_bytes = BYTES_PER_RUN
         .saturating_add(requests.saturating_mul(BYTES_PER_REQUEST))
         .saturating_add(gpus.saturating_mul(BYTES_PER_GPU))
+        .saturating_add((tenant_s * BYTES_PER_TENANT_SECOND as f64).min(u64::MAX as f64) as u64)
         .saturating_add(record_ops.saturating_mul(BYTES_PER_RECORDED_OP));
     if memory_bytes > limits.memory_budget_bytes {
         let what = "estimated memory of the run, bytes";
         return Err(over("scenario", what, limits.memory_budget_bytes as f64, memory_bytes as f64));
     }
     let replays = if searches == 0 { 1 } else { searches.saturating_mul(REPLAYS_PER_SEARCH) };
-    let wall_s = requests as f64 * WALL_S_PER_REQUEST * replays as f64;
+    let wall_s = (requests as f64 * WALL_S_PER_REQUEST + tenant_s * WALL_S_PER_TENANT_SECOND) * replays as f64;
     if wall_s > limits.max_run_wall_s {
         return Err(over("scenario", "estimated run time, wall seconds", limits.max_run_wall_s, wall_s.round()));
     }
@@ -202,7 +239,7 @@ mod tests {
                  trace = { kind = \"poisson\", rate = 13000.0 }\n";
         let s = spec(&format!("{HEAD}gpus = 1\n{t}"));
         let ClusterRefSpec(c) = inline(&s);
-        let e = estimate(&s, &c, &no_files, 0, 0, &Limits::default()).unwrap_err();
+        let e = estimate(&s, &c, &no_files, 0, 1.0, 0, &Limits::default()).unwrap_err();
         match e {
             ApiError::OverLimit { field, limit, value, .. } => {
                 assert_eq!((field.as_str(), limit, value), ("scenario.tenants[0].trace", 1e6, 46.8e6))
@@ -210,8 +247,30 @@ mod tests {
             other => panic!("{other}"),
         }
         let small = spec(&format!("{HEAD}gpus = 1\n{}", t.replace("13000.0", "2.0")));
-        let est = estimate(&small, &c, &no_files, 0, 200_000, &Limits::default()).unwrap();
+        let est = estimate(&small, &c, &no_files, 0, 1.0, 200_000, &Limits::default()).unwrap();
         assert_eq!((est.gpus, est.requests), (1, 7200));
+    }
+
+    #[test]
+    fn a_slower_replay_of_the_same_requests_is_estimated_longer_as_measured() {
+        // `uniform-4t`'s shape: four tenants at 6 req/s for 600 s on 8 GPUs. Measured
+        // under the Wasm `slice`: 302 s at 0.25×, 70 s at 1×, 28 s at 2×.
+        let t = |i: usize| {
+            format!("[[tenants]]\nname = \"t{i}\"\nmodel = \"llama-3-8b\"\ngpus = [{a}, {b}]\nsla = {{ ttft_ms = 300, tpot_ms = 40 }}\ntrace = {{ kind = \"poisson\", rate = 6.0 }}\n", a = 2 * i, b = 2 * i + 1)
+        };
+        let text = format!("{}gpus = 8\n{}", HEAD.replace("3600", "600"), (0..4).map(t).collect::<String>());
+        let s = spec(&text);
+        let ClusterRefSpec(c) = inline(&s);
+        let at = |scale| estimate(&s, &c, &no_files, 0, scale, 0, &Limits::default()).unwrap();
+        let (slow, one, fast) = (at(0.25), at(1.0), at(2.0));
+        assert_eq!((slow.requests, one.requests), (14_400, 14_400), "the same requests");
+        for (e, measured) in [(&slow, 302.0), (&one, 70.0), (&fast, 28.0)] {
+            assert!(e.wall_s >= measured && e.wall_s <= 3.0 * measured, "{} s against {measured} s measured", e.wall_s);
+        }
+        assert!(slow.memory_bytes > one.memory_bytes);
+        // A sweep counts its replays at the recorded rate, whatever scale was asked.
+        let sweep = estimate(&s, &c, &no_files, 2, 0.25, 0, &Limits::default()).unwrap();
+        assert!((sweep.wall_s - 2.0 * REPLAYS_PER_SEARCH as f64 * one.wall_s).abs() < 1e-6);
     }
 
     struct ClusterRefSpec(ClusterSpec);

@@ -154,7 +154,8 @@ pub(crate) async fn start(
         RunKind::Replay => 0,
         RunKind::Sweep => (policies.len() * targets.as_ref().map_or(1, Vec::len)) as u64,
     };
-    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, &text, searches))
+    let scale = rate_scale.unwrap_or(1.0);
+    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, &text, searches, scale))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     let tenant_map = check_tenants(&st, &body, &resolved.tenant_names).await?;
