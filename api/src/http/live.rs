@@ -160,8 +160,8 @@ async fn switch_policy(
     .await?;
     tx.commit().await?;
     *c.policy.lock().unwrap_or_else(|e| e.into_inner()) = body.policy;
-    if let Some((plugin, rx)) = watched {
-        crate::live::watch::write_back_when_told(&st, &c, plugin, rx);
+    if let Some(w) = watched {
+        crate::live::watch::write_back_when_told(&st, &c, w);
     }
     c.switch.request(next);
     Ok(Json(status_of(&c, "running")))

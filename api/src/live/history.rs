@@ -289,6 +289,12 @@ pub async fn store(st: &AppState, c: &Cluster, r: &ReplayResult, actor: &str) ->
     if done.rows_affected() == 0 {
         return Err(sqlx::Error::Protocol(format!("live run {} is no longer running", c.id)));
     }
+    // The fallback's final count (the quarantine wrote what it had then).
+    let fallback = c.fallback.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(super::watch::fallback_now);
+    if let Some(f) = fallback {
+        let v = serde_json::to_value(&f).expect("fallback serialises");
+        sqlx::query("update runs set fallback = $2 where id = $1").bind(c.id).bind(v).execute(&mut *tx).await?;
+    }
     crate::db::results::insert_requests(&mut tx, c.id, &r.records, &names, true).await?;
     crate::db::results::store_series(&mut tx, c.id, &r.series, 0, true).await?;
     crate::db::latency::store(&mut tx, c.id, None).await?;

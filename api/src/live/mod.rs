@@ -110,6 +110,9 @@ pub struct Cluster {
     /// What the history writer stored or let go while serving.
     pub history: Arc<history::HistoryStats>,
     writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Set once a plugin serving here was quarantined: who decided instead, and the
+    /// counts that keep growing while the fallback decides.
+    pub fallback: Mutex<Option<(crate::jobs::params::Fallback, Arc<watch::Tally>)>>,
 }
 
 /// Why a request was not taken.

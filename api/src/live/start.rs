@@ -216,9 +216,10 @@ pub async fn start(state: &AppState, cfg: LiveConfig, actor: &str) -> Result<Arc
         stopping: AtomicBool::new(false),
         history: stats,
         writer: Mutex::new(Some(writer)),
+        fallback: Mutex::new(None),
     });
-    if let Some((plugin, rx)) = watched {
-        super::watch::write_back_when_told(state, &cluster, plugin, rx);
+    if let Some(w) = watched {
+        super::watch::write_back_when_told(state, &cluster, w);
     }
     live.install(cluster.clone());
     Ok(cluster)

@@ -2,13 +2,15 @@
 //! decides every later call like `dedicated` itself, so traffic goes on; the watch only
 //! notices the quarantine on the serving thread and hands it to a task that writes it
 //! back (the plugin row `quarantined`, a `plugin.quarantine` audit entry naming the live
-//! run), as a replay's job does when its run ends.
+//! run, and the live run's `fallback`: who decided instead, how often), as a replay's
+//! job does when its run ends.
 
 use super::Cluster;
 use crate::plugin_host::Quarantined;
 use crate::state::AppState;
 use slicesched_plugin_host::WasmPolicy;
 use slicesched_policy::{InstanceView, Placement, Policy, ReadyOp, ReplicaMode, View};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -17,36 +19,103 @@ use uuid::Uuid;
 pub struct Watched {
     inner: Box<WasmPolicy>,
     told: Option<oneshot::Sender<Quarantined>>,
+    tally: Arc<Tally>,
 }
 
-/// What the loop gets for a policy instance, and the quarantine notice of a plugin's.
-pub fn watch(instance: crate::policies::Instance) -> (Box<dyn Policy>, Option<(Uuid, oneshot::Receiver<Quarantined>)>) {
+/// The plugin's counts as the serving thread last saw them, for the run's `fallback`
+/// (the fallback keeps deciding after the quarantine is written back).
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub calls: AtomicU64,
+    pub fallback_decisions: AtomicU64,
+}
+
+/// A plugin policy's watch: its row, the quarantine notice, its counts.
+pub struct Watch {
+    plugin: Uuid,
+    rx: oneshot::Receiver<Quarantined>,
+    tally: Arc<Tally>,
+}
+
+/// What the loop gets for a policy instance, and the watch of a plugin's.
+pub fn watch(instance: crate::policies::Instance) -> (Box<dyn Policy>, Option<Watch>) {
     match instance {
         crate::policies::Instance::Native(p) => (p, None),
         crate::policies::Instance::Plugin { id, policy } => {
             let (tx, rx) = oneshot::channel();
-            (Box::new(Watched { inner: policy, told: Some(tx) }), Some((id, rx)))
+            let tally = Arc::new(Tally::default());
+            (Box::new(Watched { inner: policy, told: Some(tx), tally: tally.clone() }), Some(Watch { plugin: id, rx, tally }))
         }
     }
+}
+
+/// The live run's fallback as it stands: what the quarantine said, with the decisions
+/// counted since.
+pub fn fallback_now(f: &(crate::jobs::params::Fallback, Arc<Tally>)) -> crate::jobs::params::Fallback {
+    let mut out = f.0.clone();
+    out.decisions = f.1.fallback_decisions.load(Ordering::Relaxed).max(out.decisions);
+    out.calls = f.1.calls.load(Ordering::Relaxed).max(out.calls);
+    out
+}
+
+/// Sets the run's `fallback` (and audits it, as a replay's end does).
+pub async fn write_fallback(
+    db: &sqlx::PgPool,
+    run: Uuid,
+    f: &crate::jobs::params::Fallback,
+    audit: bool,
+) -> Result<(), sqlx::Error> {
+    let v = serde_json::to_value(f).expect("fallback serialises");
+    let mut tx = db.begin().await?;
+    sqlx::query("update runs set fallback = $2 where id = $1").bind(run).bind(&v).execute(&mut *tx).await?;
+    if audit {
+        crate::db::audit(&mut *tx, &format!("system:run:{run}"), "run.fallback", &run.to_string(), v).await?;
+    }
+    tx.commit().await
 }
 
 /// Writes the quarantine back when it comes (nothing when the cluster stops first or the
 /// policy is switched away: the sender is dropped with it). The cluster's policy then
 /// is the fallback's, `dedicated`.
-pub fn write_back_when_told(st: &AppState, c: &Arc<Cluster>, plugin: Uuid, rx: oneshot::Receiver<Quarantined>) {
+pub fn write_back_when_told(st: &AppState, c: &Arc<Cluster>, w: Watch) {
     let (db, c) = (st.db.clone(), c.clone());
+    let Watch { plugin, rx, tally } = w;
     tokio::spawn(async move {
         let Ok(q) = rx.await else { return };
         {
             let mut p = c.policy.lock().unwrap_or_else(|e| e.into_inner());
             *p = "dedicated".into();
         }
-        // The host already decides like `dedicated`: a lost write leaves serving as it is.
+        let fallback = crate::jobs::params::Fallback {
+            policy: "dedicated".into(),
+            plugin: q.name.clone(),
+            version: q.version.clone(),
+            decisions: q.fallback_decisions,
+            calls: q.calls,
+            failures: q.failures,
+            quarantined: true,
+            cause: Some(q.cause.clone()),
+        };
+        *c.fallback.lock().unwrap_or_else(|e| e.into_inner()) = Some((fallback.clone(), tally));
+        // The host already decides like `dedicated`: a lost write leaves serving as it is
+        // (and the stop's final store writes the fallback again).
+        let (mut quarantine, mut run) = (false, false);
         for pause in [0u64, 1, 5] {
             tokio::time::sleep(std::time::Duration::from_secs(pause)).await;
-            match crate::plugin_host::write_back_quarantine(&db, plugin, c.id, &q).await {
-                Ok(_) => return,
-                Err(e) => tracing::warn!(error = %e, %plugin, "writing back a live quarantine failed"),
+            if !quarantine {
+                match crate::plugin_host::write_back_quarantine(&db, plugin, c.id, &q).await {
+                    Ok(_) => quarantine = true,
+                    Err(e) => tracing::warn!(error = %e, %plugin, "writing back a live quarantine failed"),
+                }
+            }
+            if !run {
+                match write_fallback(&db, c.id, &fallback, true).await {
+                    Ok(()) => run = true,
+                    Err(e) => tracing::warn!(error = %e, run = %c.id, "writing a live run's fallback failed"),
+                }
+            }
+            if quarantine && run {
+                return;
             }
         }
     });
@@ -54,7 +123,10 @@ pub fn write_back_when_told(st: &AppState, c: &Arc<Cluster>, plugin: Uuid, rx: o
 
 impl Watched {
     fn check(&mut self) {
-        if self.inner.stats().quarantined {
+        let s = self.inner.stats();
+        self.tally.calls.store(s.calls, Ordering::Relaxed);
+        self.tally.fallback_decisions.store(s.fallback_decisions, Ordering::Relaxed);
+        if s.quarantined {
             if let Some(tx) = self.told.take() {
                 let info = self.inner.info();
                 let _ = tx.send(Quarantined::from_stats(&info.name, &info.version, self.inner.stats()));

@@ -212,9 +212,20 @@ async fn a_hostile_plugin_switched_in_is_quarantined_while_traffic_continues(poo
         (json!(format!("system:run:{id}")), json!(id))
     );
     assert!(items[0]["detail"]["cause"].as_str().unwrap().contains("trapped in `place`"), "{audit}");
-    // Serving goes on under the fallback.
+    // Serving goes on under the fallback, and the live run says so, as a replay does.
     let st = live_status(&app).await;
     assert_eq!(st["policy"], "dedicated", "{st}");
+    let run_path = format!("/api/v1/runs/{id}");
+    let run = poll(&app, &run_path, |r| !r["fallback"].is_null()).await;
+    let f = &run["fallback"];
+    assert_eq!((f["policy"].as_str(), f["plugin"].as_str(), f["quarantined"].as_bool()), (Some("dedicated"), Some("hostile"), Some(true)), "{run}");
+    assert!(f["cause"].as_str().unwrap().contains("trapped in `place`"), "{run}");
+    let at_quarantine = f["decisions"].as_u64().unwrap();
+    let (_, audit) = get(&app, &format!("/api/v1/audit?action=run.fallback&target={id}"), ADMIN).await;
+    assert_eq!(audit["items"].as_array().unwrap().len(), 1, "{audit}");
     complete(&reqwest::Client::new(), &base, &ka, "tiny-2l", "after", 3).await;
     assert_eq!(call(&app, axum::http::Method::DELETE, "/api/v1/live", Some(ADMIN), None).await.0, StatusCode::OK);
+    // The stop stores the decisions the fallback took after the quarantine too.
+    let run = poll(&app, &run_path, |r| r["status"] == "succeeded").await;
+    assert!(run["fallback"]["decisions"].as_u64().unwrap() > at_quarantine, "{run}");
 }
