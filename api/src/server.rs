@@ -69,8 +69,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         // In-flight completions finish (for the cluster's drain time) or fail first.
         if let Some((c, served)) = st.live.stop().await {
             tracing::info!(cluster = %c.id, "live cluster stopped");
-            if let Some(r) = served {
-                if let Err(e) = crate::live::history::store(&st, &c, &r, "system:shutdown").await {
+            if let Some(s) = served {
+                if let Err(e) = crate::live::history::store(&st, &c, &s, "system:shutdown").await {
                     tracing::error!(error = %e, "storing the live run failed");
                 }
             }

@@ -27,6 +27,8 @@ before(async () => {
   }
   cluster = await api('/live', ADMIN, { method: 'POST', body: JSON.stringify({
     devices: 'cpu:2', gpu_memory_utilization: 0.001, drain_s: 1,
+    // Every operator sampled: the test's few requests are sure to be on the timeline.
+    op_sample: { every_s: 1, length_s: 1 },
     tenants: [
       { name: names[0], model: 'tiny-2l', seed: 1, gpus: [0], max_model_len: 1024 },
       { name: names[1], model: 'tiny-4l', seed: 2, gpus: [1], max_model_len: 1024 },
@@ -54,14 +56,29 @@ describe('live run', () => {
     await page.waitForSelector('[data-testid=live-served]:has-text("3 requests ended")', { timeout: 20000 });
     const tenants = await page.locator('[data-testid=live-figures]').textContent();
     assert.match(tenants, /ui-live-a-/);
+    // Its charts run on the wall clock, and say so: nothing on a live run is simulated.
+    await page.waitForSelector('[data-testid=live-figures] [data-testid=chart-throughput]');
+    const chart = await page.locator('[data-testid=live-figures] [data-testid=chart-throughput]').textContent();
+    assert.match(chart, /time since the cluster started/);
+    assert.doesNotMatch(await page.locator('[data-testid=live-figures]').textContent(), /simulated/);
     // The stop ends the run: the page turns into the finished run's, still labelled live.
     await api('/live', ADMIN, { method: 'DELETE' });
     await page.waitForSelector('.badge-succeeded', { timeout: 20000 });
     await page.waitForSelector('[data-testid=live-badge]');
     await page.waitForSelector('[data-testid=summary-cards]');
+    await page.waitForSelector('[data-testid=chart-throughput]:has-text("time since the cluster started")', { timeout: 20000 });
     await shot(page, '61-live-run-stopped');
     const run = await api(`/runs/${cluster.id}`, ADMIN);
     assert.equal(run.status, 'succeeded');
     assert.equal(run.summary.completed, 3);
+    // Its timeline holds the operators sampled while it served, predicted against measured.
+    await page.click('a:has-text("Open timeline")');
+    await page.waitForFunction('window.__timeline?.ready', null, { timeout: 60000 });
+    const windows = await page.locator(`[data-testid="windows-${cluster.id}"]`).textContent();
+    assert.match(windows, /sampled while serving/);
+    assert.match(windows, /operator records/);
+    await page.locator(`[data-testid="windows-${cluster.id}"] li button:has-text("Show")`).first().click();
+    await page.waitForFunction("window.__timeline.ready && window.__timeline.modes[0] === 'ops' && window.__timeline.opsInView > 0", null, { timeout: 60000 });
+    await shot(page, '62-live-run-timeline');
   });
 });

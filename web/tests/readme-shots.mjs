@@ -61,6 +61,9 @@ test('README screenshots', async () => {
   await p.evaluate(([a, z]) => window.__timeline.setView(a, z), [from_ns, to_ns]);
   await waitTimeline(p, "window.__timeline.modes.every((m) => m === 'ops') && window.__timeline.borrowedInView > 0");
   await p.waitForTimeout(500);
+  // Tall enough for both runs' eight GPUs.
+  await p.setViewportSize({ width: SIZE.width, height: 1180 });
+  await p.waitForTimeout(500);
   await p.screenshot({ path: path.join(OUT, 'web-timeline.png') });
   const t = await p.evaluate(() => ({ ...window.__timeline }));
   console.log(`timeline: ${t.opsInView} ops in view, ${t.borrowedInView} borrowed; run ${slice.id}`);

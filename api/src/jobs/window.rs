@@ -90,7 +90,7 @@ pub(super) async fn execute(inner: &Arc<Inner>, w: Window, ctx: Ctx) -> Result<(
     let scenario = params::apply(load_scenario(inner, &spec).await?, &p.tenants);
     let mut instance = params::instantiate(&inner.db, &policy, false).await?;
     let max_ops = inner.config.record_max_ops as usize;
-    let window = OpWindow { from_ns: w.from_ns as u64, to_ns: w.to_ns as u64, max_ops };
+    let window = OpWindow::once(w.from_ns as u64, w.to_ns as u64, max_ops);
     let stop = w.to_ns as u64 + DRAIN_NS;
     let joined = tokio::task::spawn_blocking(move || {
         let opts = ReplayOptions {

@@ -11,7 +11,7 @@ use slicesched_cost::{CostModel, CpuOverhead};
 use slicesched_exec::model::{ExecModel, HostWeights};
 use slicesched_exec::{CpuBackend, CpuDeviceSpec};
 use slicesched_policy::{Policy, SwitchHandle, Switchable};
-use slicesched_sim::{End, LiveSim, ReplayOptions, ReplayResult, Scenario, ScenarioSpec};
+use slicesched_sim::{End, LiveSim, ReplayOptions, Scenario, ScenarioSpec};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -111,7 +111,7 @@ pub fn run(
     rx: Receiver<Cmd>,
     shared: Arc<Shared>,
     ready: tokio::sync::oneshot::Sender<Result<(), String>>,
-) -> Option<ReplayResult> {
+) -> Option<super::Stopped> {
     let Plan { config, scenario: scn, models, policy, switch, history: mut sink } = plan;
     let planned = match slicesched_sim::plan(&scn, policy.replicas()) {
         Ok(p) => p,
@@ -135,7 +135,13 @@ pub fn run(
     let mut pol = Switchable::with_handle(policy, switch);
     let cost = CostModel::default_a100();
     // The engines' CPU time is real here: the loop spends it, nothing is simulated.
-    let opts = ReplayOptions { cpu_overhead: CpuOverhead::ZERO, time_decisions: true, ..ReplayOptions::default() };
+    // Operators are sampled for the run's timeline (handed to the writer each flush).
+    let opts = ReplayOptions {
+        cpu_overhead: CpuOverhead::ZERO,
+        time_decisions: true,
+        record_ops: Some(config.op_sample.window()),
+        ..ReplayOptions::default()
+    };
     let mut sim = LiveSim::new(&planned, &mut pol, cost, opts, Some(&mut exec));
     let _ = ready.send(Ok(()));
     let t0 = Instant::now();
@@ -190,7 +196,7 @@ pub fn run(
             published = Instant::now();
         }
         if sink.due() {
-            sink.flush(&sim);
+            sink.flush(&mut sim);
         }
         if let Some(by) = stop_by {
             let working = reqs.borrow().values().any(|p| !p.done);
@@ -207,12 +213,13 @@ pub fn run(
         }
     }
     // The stop stores everything at once; the writer only finishes what it holds.
-    drop(sink);
+    let (ops, windows) = sink.finish(&mut sim);
     let loads: Vec<_> = (0..planned.tenants.len() as u32).map(|i| sim.load(i)).collect();
     let clock = sim.now();
-    let result = sim.finish("the server shut down");
+    let mut result = sim.finish("the server shut down");
+    result.ops.splice(0..0, ops);
     publish_records(&shared, &planned, &loads, &result.records, &[], t0, clock);
-    Some(result)
+    Some(super::Stopped { result, windows })
 }
 
 fn admit(sim: &mut LiveSim, reqs: &Requests, clients: &mut HashMap<u64, u32>, sink: &mut Sink, s: Submit) {

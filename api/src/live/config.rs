@@ -31,6 +31,36 @@ pub struct LiveConfig {
     /// Start this cluster when the service starts (configuration file only).
     #[serde(default)]
     pub autostart: bool,
+    /// Operators recorded while serving, for the run's timeline.
+    #[serde(default)]
+    pub op_sample: OpSample,
+}
+
+/// Which operators a live run records, each with its predicted and measured time: those
+/// starting in the first `length_s` of every `every_s` seconds from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpSample {
+    pub every_s: f64,
+    pub length_s: f64,
+}
+
+impl OpSample {
+    /// The simulator's recording window for this sample.
+    pub fn window(&self) -> slicesched_sim::OpWindow {
+        slicesched_sim::OpWindow {
+            from_ns: 0,
+            to_ns: ((self.length_s * 1e9) as u64).max(1),
+            every_ns: ((self.every_s * 1e9) as u64).max(1),
+            max_ops: super::history::MAX_OPS_PER_FLUSH,
+        }
+    }
+}
+
+impl Default for OpSample {
+    fn default() -> Self {
+        OpSample { every_s: 10.0, length_s: 1.0 }
+    }
 }
 
 /// One served tenant.
@@ -124,6 +154,13 @@ impl LiveConfig {
         }
         if !(self.drain_s.is_finite() && (0.0..=600.0).contains(&self.drain_s)) {
             return Err(ApiError::invalid("drain_s", "must be in [0, 600]"));
+        }
+        let s = self.op_sample;
+        if !(s.length_s.is_finite() && s.length_s > 0.0 && s.length_s <= 60.0) {
+            return Err(ApiError::invalid("op_sample.length_s", "must be in (0, 60]"));
+        }
+        if !(s.every_s.is_finite() && s.every_s >= s.length_s && s.every_s <= 3600.0) {
+            return Err(ApiError::invalid("op_sample.every_s", "must be in [length_s, 3600]"));
         }
         if self.queue_capacity == 0 || self.queue_capacity > 100_000 {
             return Err(ApiError::invalid("queue_capacity", "must be in 1..=100000"));

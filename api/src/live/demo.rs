@@ -36,6 +36,7 @@ pub fn config() -> LiveConfig {
         gpu_memory_utilization: 0.001,
         drain_s: 2.0,
         autostart: true,
+        op_sample: Default::default(),
     }
 }
 

@@ -14,7 +14,7 @@
 use super::Cluster;
 use crate::state::AppState;
 use serde::Serialize;
-use slicesched_sim::{LiveSim, ReplayResult, RequestRecord, Summary, TimeSeries};
+use slicesched_sim::{LiveSim, OpRecord, OpWindow, RequestRecord, Summary, TimeSeries};
 use sqlx::PgPool;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,12 +70,28 @@ impl HistoryStats {
     }
 }
 
-/// One write: records that ended, the series' buckets from `series_from`, the summary.
+/// Operator records one flush takes from the loop, at most: past it the rest of the
+/// flush's sample is cut (its window says where its record ends).
+pub const MAX_OPS_PER_FLUSH: usize = 200_000;
+
+/// One write: records that ended, the series' buckets from `series_from`, the summary,
+/// the sampled operators and the sample windows that closed.
 pub struct Batch {
     pub records: Vec<RequestRecord>,
     pub series_from: usize,
     pub series: TimeSeries,
     pub summary: Summary,
+    pub ops: Vec<OpRecord>,
+    pub windows: Vec<SampleWindow>,
+}
+
+/// A sample of the op timeline that closed: `[from_ns, recorded_to_ns)` holds every
+/// operator that started there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleWindow {
+    pub from_ns: u64,
+    pub to_ns: u64,
+    pub recorded_to_ns: u64,
 }
 
 /// The loop's side: which requests are open, what ended and is not handed over yet.
@@ -87,11 +103,72 @@ pub struct Sink {
     series_from: usize,
     last: Instant,
     stats: Arc<HistoryStats>,
+    /// The sample the loop records, its next repeat to close, and what a full channel
+    /// left to hand over.
+    sample: OpWindow,
+    next_window: u64,
+    ops: Vec<OpRecord>,
+    windows: Vec<SampleWindow>,
+    /// The sample was cut at this start (a flush took [`MAX_OPS_PER_FLUSH`]).
+    cut_at: Option<u64>,
 }
 
 impl Sink {
-    pub fn new(tx: mpsc::Sender<Batch>, stats: Arc<HistoryStats>) -> Self {
-        Self { tx, open: BTreeSet::new(), buffered: Vec::new(), series_from: 0, last: Instant::now(), stats }
+    pub fn new(tx: mpsc::Sender<Batch>, stats: Arc<HistoryStats>, sample: OpWindow) -> Self {
+        Self {
+            tx,
+            open: BTreeSet::new(),
+            buffered: Vec::new(),
+            series_from: 0,
+            last: Instant::now(),
+            stats,
+            sample,
+            next_window: 0,
+            ops: Vec::new(),
+            windows: Vec::new(),
+            cut_at: None,
+        }
+    }
+
+    /// The ops recorded since the last flush, and the sample windows that closed by now.
+    fn take_sample(&mut self, sim: &mut LiveSim, now: u64) {
+        let ops = sim.take_ops();
+        if ops.len() >= self.sample.max_ops {
+            let last = ops.iter().map(|o| o.start_ns).max().unwrap_or(0);
+            self.cut_at = Some(self.cut_at.map_or(last, |c| c.min(last)));
+        }
+        self.ops.extend(ops);
+        let closed: Vec<_> = self.sample.closed_since(self.next_window, now).collect();
+        for (k, from_ns, to_ns) in closed {
+            self.next_window = k + 1;
+            let recorded_to_ns = self.cut_at.filter(|&c| c < to_ns).map_or(to_ns, |c| c.max(from_ns + 1));
+            self.windows.push(SampleWindow { from_ns, to_ns, recorded_to_ns });
+            if self.cut_at.is_some_and(|c| c < to_ns) {
+                self.cut_at = None;
+            }
+        }
+        if self.ops.len() > MAX_BUFFERED {
+            // The writer is far behind: these samples go unrecorded (never claimed whole),
+            // the one being recorded included.
+            self.ops.clear();
+            self.windows.clear();
+            self.cut_at = Some(0);
+        }
+    }
+
+    /// What the stop's final store writes besides the records: the ops not handed over
+    /// and every sample window up to `now` (the last one cut at `now`).
+    pub fn finish(mut self, sim: &mut LiveSim) -> (Vec<OpRecord>, Vec<SampleWindow>) {
+        let now = sim.now();
+        self.take_sample(sim, now);
+        let len = self.sample.to_ns - self.sample.from_ns;
+        let from_ns = self.sample.from_ns + self.next_window * self.sample.every_ns.max(1);
+        if from_ns < now {
+            let to_ns = (from_ns + len).min(now.max(from_ns + 1));
+            let recorded_to_ns = self.cut_at.map_or(to_ns, |c| c.clamp(from_ns + 1, to_ns));
+            self.windows.push(SampleWindow { from_ns, to_ns, recorded_to_ns });
+        }
+        (std::mem::take(&mut self.ops), std::mem::take(&mut self.windows))
     }
 
     /// A request got a record (served, or refused at once: both are history).
@@ -105,8 +182,9 @@ impl Sink {
 
     /// Hands what ended since the last flush, the series' new seconds and the summary to
     /// the writer, never waiting: a full channel keeps the records for the next flush.
-    pub fn flush(&mut self, sim: &LiveSim) {
+    pub fn flush(&mut self, sim: &mut LiveSim) {
         self.last = Instant::now();
+        self.take_sample(sim, sim.now());
         let ended: Vec<u32> = self
             .open
             .iter()
@@ -136,11 +214,19 @@ impl Sink {
             gpu_busy_ns: s.gpu_busy_ns.iter().map(part).collect(),
         };
         series.pad(to - from);
-        let batch =
-            Batch { records: std::mem::take(&mut self.buffered), series_from: from, series, summary: sim.summary() };
+        let batch = Batch {
+            records: std::mem::take(&mut self.buffered),
+            series_from: from,
+            series,
+            summary: sim.summary(),
+            ops: std::mem::take(&mut self.ops),
+            windows: std::mem::take(&mut self.windows),
+        };
         match self.tx.try_send(batch) {
             Ok(()) => self.series_from = to - 1,
-            Err(mpsc::error::TrySendError::Full(b)) => self.buffered = b.records,
+            Err(mpsc::error::TrySendError::Full(b)) => {
+                (self.buffered, self.ops, self.windows) = (b.records, b.ops, b.windows);
+            }
             Err(mpsc::error::TrySendError::Closed(b)) => {
                 self.stats.dropped.fetch_add(b.records.len() as u64, Ordering::Relaxed);
             }
@@ -186,6 +272,7 @@ async fn write(db: &PgPool, run: Uuid, names: &[String], b: &Batch) -> Result<()
     let mut tx = db.begin().await?;
     crate::db::results::insert_requests(&mut tx, run, &b.records, names, true).await?;
     crate::db::results::store_series(&mut tx, run, &b.series, b.series_from, true).await?;
+    store_sample(&mut tx, run, &b.ops, &b.windows).await?;
     let summary = serde_json::to_value(&b.summary).map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
     sqlx::query("update runs set summary = $2 where id = $1 and status = 'running'")
         .bind(run)
@@ -193,6 +280,41 @@ async fn write(db: &PgPool, run: Uuid, names: &[String], b: &Batch) -> Result<()
         .execute(&mut *tx)
         .await?;
     tx.commit().await
+}
+
+/// Sampled ops, and each closed sample window that saw work as a recorded window of the
+/// run (once: a window stored already is left as it is).
+pub async fn store_sample(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    run: Uuid,
+    ops: &[OpRecord],
+    windows: &[SampleWindow],
+) -> Result<(), sqlx::Error> {
+    if !ops.is_empty() {
+        crate::db::results::insert_ops(tx, run, ops).await?;
+    }
+    let ns = |v: u64| v.min(i64::MAX as u64) as i64;
+    for w in windows {
+        sqlx::query(
+            "insert into run_windows (id, run_id, reason, from_ns, to_ns, status, progress, recorded_to_ns, ops, \
+             created_by, finished_at) \
+             select $1, $2, 'sampled', $3, $4, 'recorded', 1, $5, o.n, 'system:live', now() \
+             from (select count(*) n from run_ops where run_id = $2 and start_ns >= $3 and start_ns < $5) o \
+             where o.n > 0 and not exists \
+               (select 1 from run_windows where run_id = $2 and reason = 'sampled' and from_ns = $3)",
+        )
+        .bind(Uuid::new_v4())
+        .bind(run)
+        .bind(ns(w.from_ns))
+        .bind(ns(w.to_ns.max(w.from_ns + 1)))
+        .bind(ns(w.recorded_to_ns))
+        .execute(&mut **tx)
+        .await?;
+    }
+    if !ops.is_empty() {
+        crate::db::results::refresh_op_bounds(tx, run).await?;
+    }
+    Ok(())
 }
 
 /// The run's row and its tenants (with the SLA version each is judged against), when the
@@ -272,7 +394,8 @@ pub async fn sla_changed(
 /// The stopped cluster's whole traffic: every record (those the writer stored are kept),
 /// the padded series, the latency histograms, the summary and `succeeded`, in one
 /// transaction that refuses a run no longer `running`.
-pub async fn store(st: &AppState, c: &Cluster, r: &ReplayResult, actor: &str) -> Result<(), sqlx::Error> {
+pub async fn store(st: &AppState, c: &Cluster, s: &super::Stopped, actor: &str) -> Result<(), sqlx::Error> {
+    let r = &s.result;
     let names: Vec<String> = c.tenants.iter().map(|t| t.name.clone()).collect();
     let summary = serde_json::to_value(&r.summary).unwrap_or_default();
     let policy = c.policy.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -296,6 +419,7 @@ pub async fn store(st: &AppState, c: &Cluster, r: &ReplayResult, actor: &str) ->
         sqlx::query("update runs set fallback = $2 where id = $1").bind(c.id).bind(v).execute(&mut *tx).await?;
     }
     crate::db::results::insert_requests(&mut tx, c.id, &r.records, &names, true).await?;
+    store_sample(&mut tx, c.id, &r.ops, &s.windows).await?;
     crate::db::results::store_series(&mut tx, c.id, &r.series, 0, true).await?;
     crate::db::latency::store(&mut tx, c.id, None).await?;
     let h = c.history.snapshot();

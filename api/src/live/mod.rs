@@ -100,7 +100,7 @@ pub struct Cluster {
     tx: std::sync::mpsc::Sender<Cmd>,
     shared: Arc<Shared>,
     next_client: AtomicU64,
-    thread: Mutex<Option<std::thread::JoinHandle<Option<slicesched_sim::ReplayResult>>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<Option<Stopped>>>>,
     pub switch: SwitchHandle,
     pub policy: Mutex<String>,
     /// The running policy's replicas and device sharing: a replacement must match.
@@ -113,6 +113,13 @@ pub struct Cluster {
     /// Set once a plugin serving here was quarantined: who decided instead, and the
     /// counts that keep growing while the fallback decides.
     pub fallback: Mutex<Option<(crate::jobs::params::Fallback, Arc<watch::Tally>)>>,
+}
+
+/// What a stopped cluster served: the loop's result (its `ops`: the sampled operators
+/// not yet handed to the writer) and the sample windows still to store.
+pub struct Stopped {
+    pub result: slicesched_sim::ReplayResult,
+    pub windows: Vec<history::SampleWindow>,
 }
 
 /// Why a request was not taken.
@@ -223,7 +230,7 @@ impl Cluster {
 
     /// Stops taking requests, lets in-flight ones finish (for the drain time), fails the
     /// rest and waits for the loop to end and the history writer to finish what it holds.
-    async fn stop(self: Arc<Self>) -> Option<slicesched_sim::ReplayResult> {
+    async fn stop(self: Arc<Self>) -> Option<Stopped> {
         self.stopping.store(true, Ordering::Relaxed);
         let _ = self.tx.send(Cmd::Stop);
         let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take()?;
@@ -257,7 +264,7 @@ impl Live {
 
     /// Stops the running cluster (new requests at once find none); its in-flight
     /// requests finish or fail. Returns what it served, if one ran.
-    pub async fn stop(&self) -> Option<(Arc<Cluster>, Option<slicesched_sim::ReplayResult>)> {
+    pub async fn stop(&self) -> Option<(Arc<Cluster>, Option<Stopped>)> {
         let _g = self.busy.lock().await;
         let c = self.slot.write().unwrap_or_else(|e| e.into_inner()).take()?;
         let r = c.clone().stop().await;

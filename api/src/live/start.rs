@@ -169,7 +169,7 @@ pub async fn start(state: &AppState, cfg: LiveConfig, actor: &str) -> Result<Arc
     let stats = Arc::new(history::HistoryStats::default());
     let names = tenants.iter().map(|t| t.name.clone()).collect();
     let (wtx, writer) = history::spawn_writer(state.db.clone(), id, names, stats.clone());
-    let sink = history::Sink::new(wtx, stats.clone());
+    let sink = history::Sink::new(wtx, stats.clone(), cfg.op_sample.window());
     let plan =
         Plan { config: cfg.clone(), scenario: scn, models: weights, policy, switch: switch.clone(), history: sink };
     let shared = Arc::new(Shared { queued: AtomicU32::new(0), snapshot: std::sync::Mutex::new(Snapshot::default()) });

@@ -224,7 +224,7 @@ impl Sim<'_> {
         let sum = |v: &Vec<u64>| v.iter().sum::<u64>();
         let end = l0 + sum(&pred[0]) + layers * sum(&pred[1]) + sum(&pred[2]);
         if end > self.stop_ns
-            || self.rec.window.is_some_and(|w| end > w.from_ns && l0 < w.to_ns)
+            || self.rec.window.is_some_and(|w| w.overlaps(l0, end))
             || !self.alone(inst, l0, end)
         {
             return false;

@@ -129,6 +129,12 @@ impl<'a> LiveSim<'a> {
         &self.sim.records
     }
 
+    /// The ops recorded since the last call ([`ReplayOptions::record_ops`]): handing
+    /// them over keeps what the loop holds within the window's `max_ops`.
+    pub fn take_ops(&mut self) -> Vec<crate::OpRecord> {
+        std::mem::take(&mut self.sim.rec.ops)
+    }
+
     /// Whether any request is waiting, running or still executing.
     pub fn busy(&self) -> bool {
         self.sim.insts.iter().any(|i| i.engine.has_work() || i.inflight > 0) || !self.sim.events.is_empty()

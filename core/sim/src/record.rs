@@ -7,19 +7,60 @@
 use serde::Serialize;
 use slicesched_model::OpKind;
 
-/// Which ops to record: those that start in `[from_ns, to_ns)`, at most `max_ops`
-/// records (one per op per GPU of its group).
+/// Which ops to record: those that start in `[from_ns, to_ns)` — and, with `every_ns`,
+/// in the same span repeated every `every_ns` after it (a live server's sample) — at
+/// most `max_ops` records held at once (one per op per GPU of its group).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpWindow {
     pub from_ns: u64,
     pub to_ns: u64,
     pub max_ops: usize,
+    /// 0: one window.
+    pub every_ns: u64,
 }
 
 impl OpWindow {
     /// The whole replay, capped at `max_ops` records.
     pub fn all(max_ops: usize) -> Self {
-        Self { from_ns: 0, to_ns: u64::MAX, max_ops }
+        Self { from_ns: 0, to_ns: u64::MAX, max_ops, every_ns: 0 }
+    }
+
+    /// `[from_ns, to_ns)` once.
+    pub fn once(from_ns: u64, to_ns: u64, max_ops: usize) -> Self {
+        Self { from_ns, to_ns, max_ops, every_ns: 0 }
+    }
+
+    /// Whether an op starting at `t` falls in the window (or one of its repeats).
+    #[inline]
+    pub fn contains(&self, t: u64) -> bool {
+        if t < self.from_ns {
+            return false;
+        }
+        match self.every_ns {
+            0 => t < self.to_ns,
+            every => (t - self.from_ns) % every < self.to_ns - self.from_ns,
+        }
+    }
+
+    /// Whether `[a, b)` meets the window (or one of its repeats).
+    pub fn overlaps(&self, a: u64, b: u64) -> bool {
+        if b <= self.from_ns {
+            return false;
+        }
+        match self.every_ns {
+            0 => a < self.to_ns,
+            every => {
+                let a = a.max(self.from_ns);
+                b - a >= every || self.contains(a) || (a - self.from_ns) % every + (b - a) > every
+            }
+        }
+    }
+
+    /// The repeats that ended by `now`, from repeat `first` on: (index, from, to).
+    pub fn closed_since(&self, first: u64, now: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        let len = self.to_ns - self.from_ns;
+        let every = self.every_ns.max(1);
+        (first..).map(move |k| (k, self.from_ns + k * every, self.from_ns + k * every + len)).take_while(move |w| w.2 <= now)
     }
 }
 
@@ -79,7 +120,7 @@ impl Recorder {
     /// Whether an op starting at `start_ns` is recorded.
     #[inline]
     pub fn wants(&self, start_ns: u64) -> bool {
-        self.window.is_some_and(|w| start_ns >= w.from_ns && start_ns < w.to_ns && self.ops.len() < w.max_ops)
+        self.window.is_some_and(|w| w.contains(start_ns) && self.ops.len() < w.max_ops)
     }
 
     #[inline]
@@ -96,5 +137,25 @@ impl Recorder {
 
     pub fn xfer(&self, slot: usize) -> u64 {
         self.op_xfer.get(slot).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpWindow;
+
+    #[test]
+    fn a_repeated_window_holds_the_same_span_of_every_period() {
+        // 1 s of every 10 s, from 5 s.
+        let w = OpWindow { from_ns: 5, to_ns: 6, max_ops: 10, every_ns: 10 };
+        let inside: Vec<u64> = (0..40).filter(|&t| w.contains(t)).collect();
+        assert_eq!(inside, [5, 15, 25, 35]);
+        assert!(w.overlaps(14, 16) && w.overlaps(6, 16) && !w.overlaps(6, 15) && !w.overlaps(0, 5));
+        assert!(w.overlaps(7, 100), "longer than a period");
+        let closed: Vec<_> = w.closed_since(1, 26).collect();
+        assert_eq!(closed, [(1, 15, 16), (2, 25, 26)]);
+        let once = OpWindow::once(5, 8, 10);
+        assert!(once.contains(7) && !once.contains(8) && !once.contains(15));
+        assert!(once.overlaps(0, 6) && !once.overlaps(8, 20));
     }
 }

@@ -49,7 +49,7 @@ proptest! {
         // iterations around it run op by op.
         let (record_ops, stop_after_ns) = match window {
             Some((from_ms, len_ms)) => {
-                let w = OpWindow { from_ns: from_ms * 1_000_000, to_ns: (from_ms + len_ms) * 1_000_000, max_ops: 5_000 };
+                let w = OpWindow::once(from_ms * 1_000_000, (from_ms + len_ms) * 1_000_000, 5_000);
                 (Some(w), Some(w.to_ns))
             }
             None => (None, None),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 fn recording_changes_nothing_and_covers_the_window() {
     let scn = scenario(TWO_TENANTS);
     let plain = run(&scn, ReplayOptions::default());
-    let window = OpWindow { from_ns: 2_000_000_000, to_ns: 6_000_000_000, max_ops: usize::MAX };
+    let window = OpWindow::once(2_000_000_000, 6_000_000_000, usize::MAX);
     let rec = run(&scn, ReplayOptions { record_ops: Some(window), sample_decisions_every: 10, ..checked() });
     assert_eq!(without_timing(&plain.summary), without_timing(&rec.summary), "recording must not change the replay");
     assert!(plain.ops.is_empty() && plain.decisions.is_empty() && !plain.cancelled);
@@ -91,7 +91,7 @@ fn busy_buckets_cover_the_whole_run_and_change_nothing() {
 #[test]
 fn a_window_replayed_up_to_its_end_records_the_same_ops() {
     let scn = scenario(TWO_TENANTS);
-    let window = OpWindow { from_ns: 30_000_000_000, to_ns: 30_500_000_000, max_ops: usize::MAX };
+    let window = OpWindow::once(30_000_000_000, 30_500_000_000, usize::MAX);
     let whole = run(&scn, ReplayOptions { record_ops: Some(window), ..Default::default() });
     let stop = window.to_ns + 2_000_000_000;
     let part = run(&scn, ReplayOptions { record_ops: Some(window), stop_after_ns: Some(stop), ..Default::default() });

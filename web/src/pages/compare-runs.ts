@@ -11,7 +11,7 @@ import { tenantColor } from '../palette';
 import { go } from '../router';
 import type { Run, Series, Summary } from '../types';
 import { badge, errorBox, link, loading, section } from '../ui';
-import { seriesLength, windows } from './run-parts';
+import { seriesLength, timeAxisLabel, windows } from './run-parts';
 
 type Metric = { label: string; get: (s: Summary) => number | null | undefined; show: (v: number | null | undefined) => string;
   /** Whether more is better, for the ratio's colour; null: neither. */
@@ -96,7 +96,7 @@ export async function compareRuns(main: HTMLElement, ids: string[], baseId: stri
     const per = Math.max(1, Math.ceil(maxN / 300));
     const ws = all.map((s) => windows(s, 300, per));
     const end = Math.max(...ws.map((w) => w.end));
-    const axis = { xLabel: 'simulated time (s)', xMin: 0, xMax: end };
+    const axis = { xLabel: timeAxisLabel(runs.map((r) => r.kind)), xMin: 0, xMax: end };
     const lines = (k: 'output' | 'prompt' | 'viol'): LineSeries[] => ws.map((w, i) => ({
       name: label(runs[i]), color: colour(i), x: w.x, y: w[k], dashed: runs[i] === base }));
     const suffix = per > 1 ? ` (${ws[0].windowS} s windows)` : '';

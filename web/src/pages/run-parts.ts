@@ -42,12 +42,19 @@ export function targetLines(targets: number[] | null | undefined) {
   return (targets ?? []).map((t) => ({ y: t, label: `target ${pct(t, t < 0.1 ? 0 : 1)}` }));
 }
 
-export function seriesCharts(s: Series, o: { targets?: number[] | null } = {}): HTMLElement[] {
+/** The time axis of a run's series: a replay's is simulated, a live run's is the wall clock. */
+export function timeAxisLabel(kinds: string[]): string {
+  const live = kinds.filter((k) => k === 'live').length;
+  if (!live) return 'simulated time (s)';
+  return live === kinds.length ? 'time since the cluster started (s)' : 'time from each run’s start (s): simulated for replays, served for live runs';
+}
+
+export function seriesCharts(s: Series, o: { targets?: number[] | null; live?: boolean } = {}): HTMLElement[] {
   const w = windows(s);
   if (!w.n) return [h('p', { class: 'hint' }, 'This run stored no time series.')];
   const window = w.per > 1 ? ` (${w.windowS} s windows)` : '';
   // Every time chart on the page shares one axis: 0 to the end of the series.
-  const axis = { xLabel: 'simulated time (s)', xMin: 0, xMax: w.end };
+  const axis = { xLabel: timeAxisLabel([o.live ? 'live' : 'replay']), xMin: 0, xMax: w.end };
   const vmax = Math.max(0.1, ...w.viol.filter(Number.isFinite), ...(o.targets ?? [])) * 1.05;
   const out: (HTMLDivElement | null)[] = [
     // Prompt tokens/s is often ten times output tokens/s: each gets its own scale.

@@ -73,7 +73,8 @@ function header(run: Run): HTMLElement {
           : s ? ` · simulated ${num(s.duration_s)} s, ${num(s.requests)} requests` : '')),
     (run.status === 'queued' || run.status === 'running') && run.kind !== 'live'
       ? progressBar(run.progress, run.status, run.kind) : null,
-    run.status === 'succeeded' && run.kind === 'replay'
+    // A live run samples its operators while it serves: its timeline fills as it runs.
+    (run.status === 'succeeded' && run.kind === 'replay') || run.kind === 'live'
       ? h('a', { class: 'btn btn-primary', href: `#/runs/${run.id}/timeline` }, 'Open timeline') : null);
 }
 
@@ -106,7 +107,7 @@ export function paramsPanel(run: Run): HTMLElement {
 async function liveFigures(box: HTMLElement, run: Run, s: Summary): Promise<void> {
   const [series, lat] = await Promise.all([api<Series>(`/runs/${run.id}/series`), api<RunLatency>(`/runs/${run.id}/latency`)]);
   box.replaceChildren(cards(run, s),
-    section('Over time', h('div', { class: 'grid2' }, ...seriesCharts(series, { targets: null }))),
+    section('Over time', h('div', { class: 'grid2' }, ...seriesCharts(series, { targets: null, live: true }))),
     section('Latency distributions', h('div', { class: 'grid2' }, ...distributions(lat))),
     section('Tenants against their SLA', tenantTable(s, null)),
     section('GPUs: busy fraction and idle gaps', gpuPanel(s)));
@@ -148,7 +149,7 @@ async function details(body: HTMLElement, run: Run, s: Summary): Promise<void> {
 
   // The two slower fetches fill their panels as they arrive; a failure stays local.
   void api<Series>(`/runs/${run.id}/series`)
-    .then((series) => seriesBox.replaceChildren(...seriesCharts(series, { targets })))
+    .then((series) => seriesBox.replaceChildren(...seriesCharts(series, { targets, live: run.kind === 'live' })))
     .catch((e) => seriesBox.replaceChildren(errorBox(e)));
   // Histograms of every request of the run, computed by the service in SQL.
   void api<RunLatency>(`/runs/${run.id}/latency`)

@@ -64,16 +64,21 @@ function coverage(s: Src): string {
   const m = s.meta;
   const end = m.run_end_ns || m.to_ns;
   const win = spans(m);
+  // A long-served live run has a sample every few seconds: name the first few.
+  const listed = win.slice(0, 6).map(([a, b]) => `${dur(a)}–${dur(b)}`).join(', ') + (win.length > 6 ? `, … ${win.length - 6} more` : '');
   const detail = win.length
-    ? `every operator in ${win.length} recorded window${win.length > 1 ? 's' : ''} (${win.map(([a, b]) => `${dur(a)}–${dur(b)}`).join(', ')})`
+    ? `every operator in ${win.length} recorded window${win.length > 1 ? 's' : ''} (${listed})`
     : 'no operator recorded one by one';
   if (m.whole_run) {
     return `${shortId(s.run.id)}: whole run (${dur(end)}) as busy time per GPU and tenant in ${dur(m.bucket_ns ?? 0)} buckets; ${detail}.`;
   }
+  if (s.run.kind === 'live') {
+    return `${shortId(s.run.id)}: a live run, its operators sampled while it served (predicted against measured time); ${detail}. The rest is drawn as not recorded.`;
+  }
   return `${shortId(s.run.id)}: only ${dur(m.to_ns - m.from_ns)} of ${end ? dur(end) : 'the run'} recorded (stored before whole-run timelines); ${detail}. The rest is drawn as not recorded.`;
 }
 
-const REASONS: Record<string, string> = { start: 'start of the run', busiest: 'busiest second', violations: 'worst violation spike', requested: 'requested' };
+const REASONS: Record<string, string> = { start: 'start of the run', busiest: 'busiest second', violations: 'worst violation spike', requested: 'requested', sampled: 'sampled while serving' };
 
 /** Recorded windows (click to view) and recording the window in view (admins). */
 function windowsPanel(s: Src, tl: TimelineView, refresh: () => Promise<void>): HTMLElement {

@@ -229,3 +229,45 @@ async fn a_hostile_plugin_switched_in_is_quarantined_while_traffic_continues(poo
     let run = poll(&app, &run_path, |r| r["status"] == "succeeded").await;
     assert!(run["fallback"]["decisions"].as_u64().unwrap() > at_quarantine, "{run}");
 }
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_live_run_samples_its_operators_with_predicted_and_measured_times(pool: PgPool) {
+    let (base, app) = serve(pool.clone()).await;
+    // Half of every second sampled, so the test's few requests are sure to be seen.
+    let (_, ka, kb, id) = started(&app, json!({"op_sample": {"every_s": 1.0, "length_s": 0.5}})).await;
+    let c = reqwest::Client::new();
+    for (k, m) in [(&ka, "tiny-2l"), (&kb, "tiny-4l")] {
+        complete(&c, &base, k, m, "sample me", 24).await;
+    }
+    // While it serves, closed samples that saw work are recorded windows of the run.
+    let meta_path = format!("/api/v1/runs/{id}/timeline/meta");
+    let meta = poll(&app, &meta_path, |m| m["windows"].as_array().is_some_and(|w| !w.is_empty())).await;
+    let w = meta["windows"][0].clone();
+    assert_eq!((w["reason"].as_str(), w["status"].as_str()), (Some("sampled"), Some("recorded")), "{meta}");
+    assert!(w["ops"].as_i64().unwrap() > 0 && w["to_ns"].as_i64().unwrap() - w["from_ns"].as_i64().unwrap() <= 500_000_000);
+    assert_eq!(call(&app, axum::http::Method::DELETE, "/api/v1/live", Some(ADMIN), None).await.0, StatusCode::OK);
+    // Every op of a window, op by op: the cost model's prediction beside the executor's
+    // measured time, and nothing outside a sample.
+    let meta = poll(&app, &meta_path, |m| m["status"] == "succeeded").await;
+    let windows = meta["windows"].as_array().unwrap();
+    assert!(windows.iter().all(|w| w["reason"] == "sampled" && w["ops"].as_i64().unwrap() > 0), "{meta}");
+    let (from, to) = (w["from_ns"].as_i64().unwrap(), w["recorded_to_ns"].as_i64().unwrap());
+    let (s, tl) = get(&app, &format!("/api/v1/runs/{id}/timeline?from_ns={from}&to_ns={to}"), ADMIN).await;
+    assert_eq!(s, StatusCode::OK, "{tl}");
+    assert_eq!(tl["mode"], "ops", "{tl}");
+    let ops = &tl["ops"];
+    let n = ops["start_ns"].as_array().unwrap().len();
+    assert_eq!(n as i64, w["ops"].as_i64().unwrap(), "every op of the window");
+    for i in 0..n {
+        let (a, b) = (ops["start_ns"][i].as_i64().unwrap(), ops["end_ns"][i].as_i64().unwrap());
+        assert!(a >= from && a < to && b > a, "op {i}: {a}..{b}");
+        assert!(ops["predicted_ns"][i].as_i64().unwrap() > 0, "op {i} has a prediction");
+    }
+    let (stored,): (i64,) = sqlx::query_as("select count(*) from run_ops where run_id = $1::uuid")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let in_windows: i64 = windows.iter().map(|w| w["ops"].as_i64().unwrap()).sum();
+    assert!(stored >= in_windows && in_windows > 0, "{stored} stored, {in_windows} in windows");
+}
