@@ -78,7 +78,11 @@ describe('live run', () => {
     assert.match(windows, /sampled while serving/);
     assert.match(windows, /operator records/);
     await page.locator(`[data-testid="windows-${cluster.id}"] li button:has-text("Show")`).first().click();
-    await page.waitForFunction("window.__timeline.ready && window.__timeline.modes[0] === 'ops' && window.__timeline.opsInView > 0", null, { timeout: 60000 });
+    await page.waitForFunction("window.__timeline.ready && window.__timeline.modes[0] === 'ops' && window.__timeline.opsInView > 0", null, { timeout: 30000 })
+      .catch(async (e) => {
+        await shot(page, '62-live-run-timeline-failed');
+        throw new Error(`${e}: ${JSON.stringify(await page.evaluate(() => ({ ...window.__timeline, frames: undefined })))}; ${windows}`);
+      });
     await shot(page, '62-live-run-timeline');
   });
 });

@@ -14,7 +14,8 @@ pub struct Window {
     pub id: Uuid,
     pub run_id: Uuid,
     /// `start` (recorded with the run), `busiest` (the busiest second), `violations`
-    /// (the stretch before the worst violation spike) or `requested` (a user's).
+    /// (the stretch before the worst violation spike), `requested` (a user's) or
+    /// `sampled` (a live run's, recorded while it served).
     pub reason: String,
     pub from_ns: i64,
     pub to_ns: i64,

@@ -116,7 +116,15 @@ impl MetaRow {
               (status = 404, body = Problem)))]
 async fn meta(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> ApiResult<Json<TimelineMeta>> {
     let m = meta_row(&st, &caller, id).await?;
-    let (from_ns, to_ns) = m.span();
+    let windows = crate::db::windows::list(&st.db, id).await?;
+    let (mut from_ns, mut to_ns) = m.span();
+    if !m.whole_run() {
+        // A recorded window is covered whole (a live run's sample starts before its first op).
+        for w in windows.iter().filter(|w| w.status == "recorded") {
+            from_ns = from_ns.min(w.from_ns);
+            to_ns = to_ns.max(w.recorded_to_ns.unwrap_or(w.to_ns));
+        }
+    }
     Ok(Json(TimelineMeta {
         from_ns,
         to_ns,
@@ -125,7 +133,7 @@ async fn meta(State(st): State<AppState>, caller: Caller, ApiPath(id): ApiPath<U
         bucket_ns: m.busy_bucket_ns,
         ops: m.ops_count,
         gpus: (0..m.gpus).collect(),
-        windows: crate::db::windows::list(&st.db, id).await?,
+        windows,
         tenants: m.tenant_names,
         version: m.version,
         status: m.status,
