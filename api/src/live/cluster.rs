@@ -235,9 +235,9 @@ fn admit(sim: &mut LiveSim, reqs: &Requests, clients: &mut HashMap<u64, u32>, si
             debug_assert_eq!(got, id);
             clients.insert(s.client, id);
         }
-        Err(_) => {
+        Err(r) => {
+            let message = format!("refused: {}", r.dropped.unwrap_or("the request can never fit the model's KV cache"));
             reqs.borrow_mut().remove(&id);
-            let message = "the request can never fit the model's KV cache".to_string();
             let _ = events.send(Event::Rejected { status: 400, message });
         }
     }

@@ -44,7 +44,10 @@ pub fn watch(instance: crate::policies::Instance) -> (Box<dyn Policy>, Option<Wa
         crate::policies::Instance::Plugin { id, policy } => {
             let (tx, rx) = oneshot::channel();
             let tally = Arc::new(Tally::default());
-            (Box::new(Watched { inner: policy, told: Some(tx), tally: tally.clone() }), Some(Watch { plugin: id, rx, tally }))
+            (
+                Box::new(Watched { inner: policy, told: Some(tx), tally: tally.clone() }),
+                Some(Watch { plugin: id, rx, tally }),
+            )
         }
     }
 }

@@ -223,10 +223,7 @@ impl Sim<'_> {
         let (l0, layers) = (self.now, dag.layers as u64);
         let sum = |v: &Vec<u64>| v.iter().sum::<u64>();
         let end = l0 + sum(&pred[0]) + layers * sum(&pred[1]) + sum(&pred[2]);
-        if end > self.stop_ns
-            || self.rec.window.is_some_and(|w| w.overlaps(l0, end))
-            || !self.alone(inst, l0, end)
-        {
+        if end > self.stop_ns || self.rec.window.is_some_and(|w| w.overlaps(l0, end)) || !self.alone(inst, l0, end) {
             return false;
         }
         let shape = match &self.fast.shapes[inst] {

@@ -60,7 +60,9 @@ impl OpWindow {
     pub fn closed_since(&self, first: u64, now: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         let len = self.to_ns - self.from_ns;
         let every = self.every_ns.max(1);
-        (first..).map(move |k| (k, self.from_ns + k * every, self.from_ns + k * every + len)).take_while(move |w| w.2 <= now)
+        (first..)
+            .map(move |k| (k, self.from_ns + k * every, self.from_ns + k * every + len))
+            .take_while(move |w| w.2 <= now)
     }
 }
 

@@ -218,7 +218,11 @@ async fn a_hostile_plugin_switched_in_is_quarantined_while_traffic_continues(poo
     let run_path = format!("/api/v1/runs/{id}");
     let run = poll(&app, &run_path, |r| !r["fallback"].is_null()).await;
     let f = &run["fallback"];
-    assert_eq!((f["policy"].as_str(), f["plugin"].as_str(), f["quarantined"].as_bool()), (Some("dedicated"), Some("hostile"), Some(true)), "{run}");
+    assert_eq!(
+        (f["policy"].as_str(), f["plugin"].as_str(), f["quarantined"].as_bool()),
+        (Some("dedicated"), Some("hostile"), Some(true)),
+        "{run}"
+    );
     assert!(f["cause"].as_str().unwrap().contains("trapped in `place`"), "{run}");
     let at_quarantine = f["decisions"].as_u64().unwrap();
     let (_, audit) = get(&app, &format!("/api/v1/audit?action=run.fallback&target={id}"), ADMIN).await;
@@ -244,7 +248,9 @@ async fn a_live_run_samples_its_operators_with_predicted_and_measured_times(pool
     let meta = poll(&app, &meta_path, |m| m["windows"].as_array().is_some_and(|w| !w.is_empty())).await;
     let w = meta["windows"][0].clone();
     assert_eq!((w["reason"].as_str(), w["status"].as_str()), (Some("sampled"), Some("recorded")), "{meta}");
-    assert!(w["ops"].as_i64().unwrap() > 0 && w["to_ns"].as_i64().unwrap() - w["from_ns"].as_i64().unwrap() <= 500_000_000);
+    assert!(
+        w["ops"].as_i64().unwrap() > 0 && w["to_ns"].as_i64().unwrap() - w["from_ns"].as_i64().unwrap() <= 500_000_000
+    );
     assert_eq!(call(&app, axum::http::Method::DELETE, "/api/v1/live", Some(ADMIN), None).await.0, StatusCode::OK);
     // Every op of a window, op by op: the cost model's prediction beside the executor's
     // measured time, and nothing outside a sample.
