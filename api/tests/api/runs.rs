@@ -163,8 +163,14 @@ async fn a_replay_is_stored_whole_and_read_back(pool: PgPool) {
     let start = meta["windows"].as_array().unwrap().iter().find(|w| w["reason"] == "start").unwrap().clone();
     let (from, to) = (start["from_ns"].as_i64().unwrap(), start["recorded_to_ns"].as_i64().unwrap());
     assert!(ops > 10_000 && to > from, "{meta}");
-    // A narrow window comes back op by op, every op overlapping it, on the GPUs asked.
-    let w = (from + (to - from) / 2, from + (to - from) / 2 + 50_000_000);
+    // A narrow window comes back op by op, every op overlapping it, on the GPUs asked:
+    // 50 ms from a stretch of the start window where GPU 1 was busy (its buckets say).
+    let (_, b) =
+        get(&app, &format!("/api/v1/runs/{id}/timeline?from_ns={from}&to_ns={to}&gpus=1&max_ops=1"), &ana).await;
+    assert_eq!(b["mode"], "buckets", "{b}");
+    let busy = b["buckets"]["busy_ns"].as_array().unwrap().iter().position(|x| x.as_i64().unwrap() > 0).unwrap();
+    let t0 = b["buckets"]["t0_ns"][busy].as_i64().unwrap().max(from);
+    let w = (t0, (t0 + 50_000_000).min(to));
     let (s, tl) = get(&app, &format!("/api/v1/runs/{id}/timeline?from_ns={}&to_ns={}&gpus=1", w.0, w.1), &ana).await;
     assert_eq!(s, StatusCode::OK, "{tl}");
     assert_eq!(tl["mode"], "ops");
