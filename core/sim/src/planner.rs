@@ -89,10 +89,12 @@ pub fn tenant_loads_with(scn: &Scenario, cost: &CostModel) -> Vec<TenantLoad> {
         .iter()
         .enumerate()
         .map(|(i, t)| {
+            // Requests over the tenant's context window are dropped at arrival: no load.
+            let fits = |p: u32, o: u32| t.max_model_len.is_none_or(|l| p as u64 + o.max(1) as u64 <= l);
             let arrivals = scn
                 .requests
                 .iter()
-                .filter(|(k, _)| *k as usize == i)
+                .filter(|(k, r)| *k as usize == i && fits(r.prompt_tokens, r.output_tokens))
                 .map(|(_, r)| (r.arrival_ns, r.prompt_tokens, r.output_tokens));
             let profile = LoadProfile::of(&t.sla, arrivals);
             let dev =
@@ -442,7 +444,7 @@ mod tests {
         // t0 is overloaded, t1 (GPU 1) is busy all the time, t2 (GPU 2) is nearly idle.
         let s = scenario(
             3,
-            &[("llama-3-8b", "[0]", 12.0, ""), ("llama-3-8b", "[1]", 10.0, ""), ("llama-3-8b", "[2]", 0.2, "")],
+            &[("llama-3-8b", "[0]", 14.0, ""), ("llama-3-8b", "[1]", 10.0, ""), ("llama-3-8b", "[2]", 0.2, "")],
         );
         let loads = tenant_loads(&s);
         assert!(loads[0].rho_peak > RHO_OVERLOAD && loads[1].rho_mean > OWNER_BUSY, "{loads:?}");

@@ -85,7 +85,7 @@ name = "a"
 model = "llama-3-8b"
 gpus = [0]
 sla = { ttft_ms = 300, tpot_ms = 40 }
-trace = { kind = "gamma", rate = 6.0, cv = 4.0 }
+trace = { kind = "gamma", rate = 7.0, cv = 4.0 }
 [[tenants]]
 name = "b"
 model = "mistral-7b"
