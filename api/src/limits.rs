@@ -55,8 +55,9 @@ pub const BYTES_PER_REQUEST: u64 = 2048;
 /// state (measured: 4.1 KiB under the Wasm `slice` on `uniform-4t` between 0.25× and
 /// 2×; 0.25 KiB under `dedicated` on `azure-code-4t`).
 pub const BYTES_PER_TENANT_SECOND: u64 = 8 << 10;
-/// Bytes per GPU: device lanes, the memory ledger, idle-gap histograms, and the
-/// whole-run busy rows of its home tenant (each at most 65,536 buckets of 12 bytes).
+/// Bytes per GPU: device lanes, the memory ledger, idle-gap histograms. The whole-run
+/// busy rows are counted apart, every (GPU, tenant) pair at its bucket width
+/// (`slicesched_sim::busy_max_bytes`).
 pub const BYTES_PER_GPU: u64 = 1 << 20;
 /// A replay's fixed cost: cost model, policy, what-if timeline, buffers (measured: the
 /// whole process at 20 MiB on `smoke`).
@@ -159,6 +160,13 @@ pub fn trace_span_s(t: &TraceSpec, duration_s: f64) -> f64 {
     }
 }
 
+/// What the whole-run busy rows of a replay lasting `horizon_s` may hold (every GPU and
+/// tenant pair filled).
+fn busy_bytes(horizon_s: f64, gpus: u64, tenants: u64) -> u64 {
+    let horizon_ns = (horizon_s * 1e9).clamp(0.0, u64::MAX as f64 / 2.0) as u64;
+    slicesched_sim::busy_max_bytes(horizon_ns, gpus.saturating_mul(tenants))
+}
+
 /// Estimates a replay at `rate_scale` (or a sweep of `searches` searches, each replay
 /// counted at the recorded rate, where searches start) of `spec` and checks it against
 /// every limit. `cluster` is the scenario's cluster spec (inline or read from its file).
@@ -174,7 +182,7 @@ pub fn estimate(
     let gpus = cluster_gpus(cluster, "scenario.cluster", limits)?;
     let duration = spec.duration_s.unwrap_or(f64::INFINITY);
     let scale = if searches == 0 && rate_scale.is_finite() && rate_scale > 0.0 { rate_scale } else { 1.0 };
-    let (mut requests, mut tenant_s) = (0f64, 0f64);
+    let (mut requests, mut tenant_s, mut horizon_s) = (0f64, 0f64, 0f64);
     for (i, t) in spec.tenants.iter().enumerate() {
         let field = format!("scenario.tenants[{i}].trace");
         let n = trace_requests(&t.trace, duration, &field, rows)?;
@@ -183,7 +191,9 @@ pub fn estimate(
         }
         requests += n;
         // A slower replay spreads the same arrivals over longer.
-        tenant_s += trace_span_s(&t.trace, duration) / scale;
+        let span = trace_span_s(&t.trace, duration) / scale;
+        tenant_s += span;
+        horizon_s = horizon_s.max(span);
     }
     if requests > limits.max_requests_per_run as f64 {
         let all = "requests estimated over all tenants";
@@ -194,6 +204,7 @@ pub fn estimate(
         .saturating_add(requests.saturating_mul(BYTES_PER_REQUEST))
         .saturating_add(gpus.saturating_mul(BYTES_PER_GPU))
         .saturating_add((tenant_s * BYTES_PER_TENANT_SECOND as f64).min(u64::MAX as f64) as u64)
+        .saturating_add(busy_bytes(horizon_s + spec.drain_s.max(0.0), gpus, spec.tenants.len() as u64))
         .saturating_add(record_ops.saturating_mul(BYTES_PER_RECORDED_OP));
     if memory_bytes > limits.memory_budget_bytes {
         let what = "estimated memory of the run, bytes";
@@ -271,6 +282,20 @@ mod tests {
         // A sweep counts its replays at the recorded rate, whatever scale was asked.
         let sweep = estimate(&s, &c, &no_files, 2, 0.25, 0, &Limits::default()).unwrap();
         assert!((sweep.wall_s - 2.0 * REPLAYS_PER_SEARCH as f64 * one.wall_s).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_whole_run_busy_rows_of_every_gpu_and_tenant_are_counted() {
+        let t = |i: usize| {
+            format!("[[tenants]]\nname = \"t{i}\"\nmodel = \"llama-3-8b\"\ngpus = [{i}]\nsla = {{ ttft_ms = 300, tpot_ms = 40 }}\ntrace = {{ kind = \"poisson\", rate = 0.1 }}\n")
+        };
+        let text = format!("{}gpus = 1024\n{}", HEAD.replace("3600", "1800"), (0..16).map(t).collect::<String>());
+        let s = spec(&text);
+        let ClusterRefSpec(c) = inline(&s);
+        let e = estimate(&s, &c, &no_files, 0, 1.0, 0, &Limits::default()).unwrap();
+        let busy = slicesched_sim::busy_max_bytes(1800 * 1_000_000_000, 1024 * 16);
+        assert!(busy > 100 << 20, "{busy}");
+        assert!(e.memory_bytes >= busy + BYTES_PER_RUN + 1024 * BYTES_PER_GPU, "{} < {busy}", e.memory_bytes);
     }
 
     struct ClusterRefSpec(ClusterSpec);

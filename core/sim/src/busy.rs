@@ -10,21 +10,39 @@ use serde::Serialize;
 pub const MIN_BUCKET_NS: u64 = 1_000_000;
 /// Most buckets per (GPU, tenant) row: bounds memory on long replays.
 pub const MAX_BUCKETS: u64 = 65_536;
+/// Most buckets over all the rows a replay may fill (every GPU × tenant pair), 12 bytes
+/// each: a cluster of many GPUs and tenants gets wider buckets, not more memory.
+pub const MAX_TOTAL_BUCKETS: u64 = 8 << 20;
+/// Widest bucket: its busy nanoseconds fit the rows' `u32`s.
+pub const MAX_BUCKET_NS: u64 = 2_000_000_000;
+const BYTES_PER_BUCKET: u64 = 12;
 
-/// The bucket width for a replay expected to last `horizon_ns`: the smallest of 1, 2,
-/// 5 × 10^k ms that keeps it within [`MAX_BUCKETS`] (1 ms for a minute, 50 ms for 30
-/// minutes).
-pub fn bucket_ns_for(horizon_ns: u64) -> u64 {
+/// The bucket width for a replay of `rows` possible (GPU, tenant) rows expected to last
+/// `horizon_ns`: the smallest of 1, 2, 5 × 10^k ms that keeps each row within
+/// [`MAX_BUCKETS`] and all of them within [`MAX_TOTAL_BUCKETS`] (1 ms for a minute, 50 ms
+/// for 30 minutes on a few dozen rows), at most [`MAX_BUCKET_NS`] (a run of days gets
+/// longer rows).
+pub fn bucket_ns_for(horizon_ns: u64, rows: u64) -> u64 {
+    let cap = (MAX_TOTAL_BUCKETS / rows.max(1)).clamp(1, MAX_BUCKETS);
     let mut decade = MIN_BUCKET_NS;
     loop {
         for m in [1, 2, 5] {
             let w = decade * m;
-            if horizon_ns / w < MAX_BUCKETS {
+            if w >= MAX_BUCKET_NS {
+                return MAX_BUCKET_NS;
+            }
+            if horizon_ns / w < cap {
                 return w;
             }
         }
         decade *= 10;
     }
+}
+
+/// Bytes the busy rows of such a replay hold at most (every pair filled).
+pub fn max_bytes(horizon_ns: u64, rows: u64) -> u64 {
+    let w = bucket_ns_for(horizon_ns, rows);
+    rows.saturating_mul(horizon_ns / w + 1).saturating_mul(BYTES_PER_BUCKET)
 }
 
 /// One (GPU, tenant) row: dense arrays over the run's buckets, only for pairs where the
@@ -131,12 +149,27 @@ mod tests {
 
     #[test]
     fn widths_keep_runs_within_the_bucket_cap() {
-        assert_eq!(bucket_ns_for(60_000_000_000), 1_000_000);
-        assert_eq!(bucket_ns_for(1_801_000_000_000), 50_000_000);
-        for h in [0, 1, 65_536_000_000, 65_535_999_999, 10_u64.pow(15)] {
-            let w = bucket_ns_for(h);
-            assert!(h / w < MAX_BUCKETS, "{h} ns at {w} ns per bucket");
+        assert_eq!(bucket_ns_for(60_000_000_000, 64), 1_000_000);
+        assert_eq!(bucket_ns_for(1_801_000_000_000, 64), 50_000_000);
+        for rows in [1, 64, 16_384, 1 << 20] {
+            for h in [0, 1, 65_536_000_000, 65_535_999_999, 10_u64.pow(13), 10_u64.pow(15)] {
+                let w = bucket_ns_for(h, rows);
+                assert!(w <= MAX_BUCKET_NS && w <= u32::MAX as u64, "{w}");
+                // Within both caps, unless the widest bucket is reached (a run of days).
+                if w < MAX_BUCKET_NS {
+                    assert!(h / w < MAX_BUCKETS && rows * (h / w) <= MAX_TOTAL_BUCKETS, "{h} ns, {rows} rows: {w} ns");
+                }
+            }
         }
+        // 1,024 GPUs × 16 tenants for 30 minutes: the widest buckets, and what they may
+        // hold is what the control plane's estimate counts.
+        assert_eq!(bucket_ns_for(1_801_000_000_000, 16_384), MAX_BUCKET_NS);
+        assert_eq!(max_bytes(1_801_000_000_000, 16_384), 16_384 * 901 * 12);
+        // 8 GPUs × 8 tenants for 30 minutes (`bursty-8t`): 50 ms, 36,021 buckets a row.
+        assert_eq!(max_bytes(1_801_000_000_000, 64), 64 * 36_021 * 12);
+        // A poisson trace over four days on one GPU no longer asks for a width a row's
+        // u32 cannot hold.
+        assert_eq!(bucket_ns_for(4 * 86_400 * 1_000_000_000, 1), MAX_BUCKET_NS);
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod replay;
 mod scenario;
 mod summary;
 
+pub use busy::max_bytes as busy_max_bytes;
 pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
 pub use exec::{End, ExecOp, OpExecutor};
 pub use live::{EngineState, LiveSim};

@@ -356,7 +356,8 @@ impl<'a> Sim<'a> {
             // Sized for the arrivals and a tenth more: a run ends soon after its last
             // arrival, not at the drain window's limit (rows grow if it does not).
             let last = scn.requests.last().map_or(0, |r| r.1.arrival_ns);
-            let w = crate::busy::bucket_ns_for(last + last / 10 + 1_000_000_000);
+            let rows = (n_gpus * scn.tenants.len()) as u64;
+            let w = crate::busy::bucket_ns_for(last + last / 10 + 1_000_000_000, rows);
             sim.busy = Some(crate::busy::BusyRecorder::new(w, n_gpus, scn.tenants.len()));
         }
         sim
