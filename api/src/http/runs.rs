@@ -158,8 +158,8 @@ pub(crate) async fn start(
     let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, &text, searches, scale))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
-    let tenant_map = check_tenants(&st, &body, &resolved.tenant_names).await?;
-    let params = run_params(&st, &resolved, &policies, rate_scale, &targets).await?;
+    let tenant_map = check_tenants(st, body, &resolved.tenant_names).await?;
+    let params = run_params(st, &resolved, &policies, rate_scale, &targets).await?;
     let params_json = serde_json::to_value(&params).map_err(|e| ApiError::Internal(e.to_string()))?;
     let id = Uuid::new_v4();
     let kind = body.kind.as_str();

@@ -65,7 +65,7 @@ impl<'a> LiveSim<'a> {
             self.sim.dispatch(ev);
             n += 1;
         }
-        if !self.next_event_ns().is_some_and(|e| e <= t) {
+        if self.next_event_ns().is_none_or(|e| e > t) {
             self.sim.now = self.sim.now.max(t);
         }
         n
