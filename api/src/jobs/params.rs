@@ -227,16 +227,34 @@ pub fn fallback_of(instance: &crate::policies::Instance) -> Option<Fallback> {
         return None;
     }
     let q = crate::plugin_host::Quarantined::from_stats(&policy.info().name, &policy.info().version, s);
-    Some(Fallback {
-        policy: "dedicated".into(),
-        plugin: q.name,
-        version: q.version,
-        decisions: q.fallback_decisions,
-        calls: q.calls,
-        failures: q.failures,
-        quarantined: s.quarantined,
-        cause: (!q.errors.is_empty() || s.quarantined).then_some(q.cause),
-    })
+    Some(Fallback::of(q, s.quarantined))
+}
+
+impl Fallback {
+    /// What the host's baseline decided for a plugin whose counts are `q`.
+    pub fn of(q: crate::plugin_host::Quarantined, quarantined: bool) -> Fallback {
+        Fallback {
+            policy: "dedicated".into(),
+            cause: (!q.errors.is_empty() || quarantined).then_some(q.cause),
+            plugin: q.name,
+            version: q.version,
+            decisions: q.fallback_decisions,
+            calls: q.calls,
+            failures: q.failures,
+            quarantined,
+        }
+    }
+
+    /// Sets the run's `fallback` inside the caller's transaction, with a `run.fallback`
+    /// audit entry when `audit`.
+    pub async fn store(&self, conn: &mut sqlx::PgConnection, run: Uuid, audit: bool) -> Result<(), sqlx::Error> {
+        let v = serde_json::to_value(self).expect("fallback serialises");
+        sqlx::query("update runs set fallback = $2 where id = $1").bind(run).bind(&v).execute(&mut *conn).await?;
+        if audit {
+            crate::db::audit(&mut *conn, &format!("system:run:{run}"), "run.fallback", &run.to_string(), v).await?;
+        }
+        Ok(())
+    }
 }
 
 /// The registered tenants a starting run attributes its scenario tenants to, with the

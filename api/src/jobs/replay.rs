@@ -196,9 +196,7 @@ async fn store(
     });
     let windows = super::window::queue_automatic(&mut tx, id, r, start_to).await?;
     if let Some(f) = fallback {
-        let v = serde_json::to_value(f).expect("fallback serialises");
-        sqlx::query("update runs set fallback = $2 where id = $1").bind(id).bind(&v).execute(&mut *tx).await?;
-        crate::db::audit(&mut *tx, &format!("system:run:{id}"), "run.fallback", &id.to_string(), v).await?;
+        f.store(&mut tx, id, true).await?;
     }
     succeed(&mut tx, id, summary).await?;
     tx.commit().await?;

@@ -141,11 +141,7 @@ impl Sink {
         let closed: Vec<_> = self.sample.closed_since(self.next_window, now).collect();
         for (k, from_ns, to_ns) in closed {
             self.next_window = k + 1;
-            let recorded_to_ns = self.cut_at.filter(|&c| c < to_ns).map_or(to_ns, |c| c.max(from_ns + 1));
-            self.windows.push(SampleWindow { from_ns, to_ns, recorded_to_ns });
-            if self.cut_at.is_some_and(|c| c < to_ns) {
-                self.cut_at = None;
-            }
+            self.close(from_ns, to_ns);
         }
         if self.ops.len() > MAX_BUFFERED {
             // The writer is far behind: these samples go unrecorded (never claimed whole),
@@ -156,19 +152,26 @@ impl Sink {
         }
     }
 
+    /// A sample window closed at `to_ns`: recorded up to where a cut stopped it, if one did.
+    fn close(&mut self, from_ns: u64, to_ns: u64) {
+        let cut = self.cut_at.filter(|&c| c < to_ns);
+        let recorded_to_ns = cut.map_or(to_ns, |c| c.max(from_ns + 1));
+        self.windows.push(SampleWindow { from_ns, to_ns, recorded_to_ns });
+        if cut.is_some() {
+            self.cut_at = None;
+        }
+    }
+
     /// What the stop's final store writes besides the records: the ops not handed over
     /// and every sample window up to `now` (the last one cut at `now`).
     pub fn finish(mut self, sim: &mut LiveSim) -> (Vec<OpRecord>, Vec<SampleWindow>) {
         let now = sim.now();
         self.take_sample(sim, now);
-        let len = self.sample.to_ns - self.sample.from_ns;
-        let from_ns = self.sample.from_ns + self.next_window * self.sample.every_ns.max(1);
+        let (from_ns, to_ns) = self.sample.repeat(self.next_window);
         if from_ns < now {
-            let to_ns = (from_ns + len).min(now.max(from_ns + 1));
-            let recorded_to_ns = self.cut_at.map_or(to_ns, |c| c.clamp(from_ns + 1, to_ns));
-            self.windows.push(SampleWindow { from_ns, to_ns, recorded_to_ns });
+            self.close(from_ns, to_ns.min(now));
         }
-        (std::mem::take(&mut self.ops), std::mem::take(&mut self.windows))
+        (self.ops, self.windows)
     }
 
     /// A request got a record (served, or refused at once: both are history).
@@ -413,10 +416,9 @@ pub async fn store(st: &AppState, c: &Cluster, s: &super::Stopped, actor: &str) 
         return Err(sqlx::Error::Protocol(format!("live run {} is no longer running", c.id)));
     }
     // The fallback's final count (the quarantine wrote what it had then).
-    let fallback = c.fallback.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(super::watch::fallback_now);
+    let fallback = c.fallback.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(super::watch::LiveFallback::now);
     if let Some(f) = fallback {
-        let v = serde_json::to_value(&f).expect("fallback serialises");
-        sqlx::query("update runs set fallback = $2 where id = $1").bind(c.id).bind(v).execute(&mut *tx).await?;
+        f.store(&mut tx, c.id, false).await?;
     }
     crate::db::results::insert_requests(&mut tx, c.id, &r.records, &names, true).await?;
     store_sample(&mut tx, c.id, &r.ops, &s.windows).await?;

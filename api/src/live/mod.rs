@@ -112,7 +112,7 @@ pub struct Cluster {
     writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Set once a plugin serving here was quarantined: who decided instead, and the
     /// counts that keep growing while the fallback decides.
-    pub fallback: Mutex<Option<(crate::jobs::params::Fallback, Arc<watch::Tally>)>>,
+    pub fallback: Mutex<Option<watch::LiveFallback>>,
 }
 
 /// What a stopped cluster served: the loop's result (its `ops`: the sampled operators

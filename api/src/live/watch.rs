@@ -6,6 +6,7 @@
 //! job does when its run ends.
 
 use super::Cluster;
+use crate::jobs::params::Fallback;
 use crate::plugin_host::Quarantined;
 use crate::state::AppState;
 use slicesched_plugin_host::WasmPolicy;
@@ -52,28 +53,27 @@ pub fn watch(instance: crate::policies::Instance) -> (Box<dyn Policy>, Option<Wa
     }
 }
 
-/// The live run's fallback as it stands: what the quarantine said, with the decisions
-/// counted since.
-pub fn fallback_now(f: &(crate::jobs::params::Fallback, Arc<Tally>)) -> crate::jobs::params::Fallback {
-    let mut out = f.0.clone();
-    out.decisions = f.1.fallback_decisions.load(Ordering::Relaxed).max(out.decisions);
-    out.calls = f.1.calls.load(Ordering::Relaxed).max(out.calls);
-    out
+/// A live run's fallback: what the quarantine said, and the counts that keep growing
+/// while the fallback decides.
+pub struct LiveFallback {
+    at_quarantine: Fallback,
+    tally: Arc<Tally>,
 }
 
-/// Sets the run's `fallback` (and audits it, as a replay's end does).
-pub async fn write_fallback(
-    db: &sqlx::PgPool,
-    run: Uuid,
-    f: &crate::jobs::params::Fallback,
-    audit: bool,
-) -> Result<(), sqlx::Error> {
-    let v = serde_json::to_value(f).expect("fallback serialises");
-    let mut tx = db.begin().await?;
-    sqlx::query("update runs set fallback = $2 where id = $1").bind(run).bind(&v).execute(&mut *tx).await?;
-    if audit {
-        crate::db::audit(&mut *tx, &format!("system:run:{run}"), "run.fallback", &run.to_string(), v).await?;
+impl LiveFallback {
+    /// The fallback as it stands now.
+    pub fn now(&self) -> Fallback {
+        let mut out = self.at_quarantine.clone();
+        out.decisions = self.tally.fallback_decisions.load(Ordering::Relaxed).max(out.decisions);
+        out.calls = self.tally.calls.load(Ordering::Relaxed).max(out.calls);
+        out
     }
+}
+
+/// Sets the run's `fallback` and audits it, as a replay's end does.
+async fn write_fallback(db: &sqlx::PgPool, run: Uuid, f: &Fallback) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    f.store(&mut tx, run, true).await?;
     tx.commit().await
 }
 
@@ -89,17 +89,9 @@ pub fn write_back_when_told(st: &AppState, c: &Arc<Cluster>, w: Watch) {
             let mut p = c.policy.lock().unwrap_or_else(|e| e.into_inner());
             *p = "dedicated".into();
         }
-        let fallback = crate::jobs::params::Fallback {
-            policy: "dedicated".into(),
-            plugin: q.name.clone(),
-            version: q.version.clone(),
-            decisions: q.fallback_decisions,
-            calls: q.calls,
-            failures: q.failures,
-            quarantined: true,
-            cause: Some(q.cause.clone()),
-        };
-        *c.fallback.lock().unwrap_or_else(|e| e.into_inner()) = Some((fallback.clone(), tally));
+        let fallback = Fallback::of(q.clone(), true);
+        *c.fallback.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(LiveFallback { at_quarantine: fallback.clone(), tally });
         // The host already decides like `dedicated`: a lost write leaves serving as it is
         // (and the stop's final store writes the fallback again).
         let (mut quarantine, mut run) = (false, false);
@@ -112,7 +104,7 @@ pub fn write_back_when_told(st: &AppState, c: &Arc<Cluster>, w: Watch) {
                 }
             }
             if !run {
-                match write_fallback(&db, c.id, &fallback, true).await {
+                match write_fallback(&db, c.id, &fallback).await {
                     Ok(()) => run = true,
                     Err(e) => tracing::warn!(error = %e, run = %c.id, "writing a live run's fallback failed"),
                 }

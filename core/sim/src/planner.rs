@@ -90,11 +90,10 @@ pub fn tenant_loads_with(scn: &Scenario, cost: &CostModel) -> Vec<TenantLoad> {
         .enumerate()
         .map(|(i, t)| {
             // Requests over the tenant's context window are dropped at arrival: no load.
-            let fits = |p: u32, o: u32| t.max_model_len.is_none_or(|l| p as u64 + o.max(1) as u64 <= l);
             let arrivals = scn
                 .requests
                 .iter()
-                .filter(|(k, r)| *k as usize == i && fits(r.prompt_tokens, r.output_tokens))
+                .filter(|(k, r)| *k as usize == i && t.length_refusal(r.prompt_tokens, r.output_tokens).is_none())
                 .map(|(_, r)| (r.arrival_ns, r.prompt_tokens, r.output_tokens));
             let profile = LoadProfile::of(&t.sla, arrivals);
             let dev =

@@ -56,12 +56,19 @@ impl OpWindow {
         }
     }
 
+    /// Repeat `k`'s span: (from, to).
+    pub fn repeat(&self, k: u64) -> (u64, u64) {
+        let from = self.from_ns + k * self.every_ns.max(1);
+        (from, from + (self.to_ns - self.from_ns))
+    }
+
     /// The repeats that ended by `now`, from repeat `first` on: (index, from, to).
     pub fn closed_since(&self, first: u64, now: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
-        let len = self.to_ns - self.from_ns;
-        let every = self.every_ns.max(1);
         (first..)
-            .map(move |k| (k, self.from_ns + k * every, self.from_ns + k * every + len))
+            .map(move |k| {
+                let (from, to) = self.repeat(k);
+                (k, from, to)
+            })
             .take_while(move |w| w.2 <= now)
     }
 }

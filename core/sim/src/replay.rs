@@ -481,18 +481,9 @@ impl Sim<'_> {
     /// queues it there; false when it could never fit (recorded as dropped).
     pub(crate) fn admit(&mut self, idx: usize, t: u32, prompt_tokens: u32, output_tokens: u32) -> bool {
         // Refused before routing, as a server answers 400: no placement could serve it.
-        if let Some(len) = self.scn.tenants[t as usize].max_model_len {
-            let why = if prompt_tokens as u64 > len {
-                Some("prompt over the model's context window (max_model_len)")
-            } else if prompt_tokens as u64 + output_tokens.max(1) as u64 > len {
-                Some("prompt + output over the model's context window (max_model_len)")
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                self.records[idx].dropped = Some(why);
-                return false;
-            }
+        if let Some(why) = self.scn.tenants[t as usize].length_refusal(prompt_tokens, output_tokens) {
+            self.records[idx].dropped = Some(why);
+            return false;
         }
         let inst = if self.tenant_insts[t as usize].len() == 1 {
             self.tenant_insts[t as usize][0] as usize

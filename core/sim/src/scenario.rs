@@ -131,6 +131,19 @@ pub struct TenantSetup {
 }
 
 impl TenantSetup {
+    /// Why a request of these lengths is refused at arrival, if it is: longer than the
+    /// tenant's [`Self::max_model_len`] (a server answers it 400; no placement serves it).
+    pub fn length_refusal(&self, prompt_tokens: u32, output_tokens: u32) -> Option<&'static str> {
+        let len = self.max_model_len?;
+        if prompt_tokens as u64 > len {
+            Some("prompt over the model's context window (max_model_len)")
+        } else if prompt_tokens as u64 + output_tokens.max(1) as u64 > len {
+            Some("prompt + output over the model's context window (max_model_len)")
+        } else {
+            None
+        }
+    }
+
     /// KV bytes per GPU its home keeps ([`Self::keep_kv_tokens`]).
     pub fn keep_bytes(&self) -> u64 {
         self.keep_kv_tokens * self.model.kv_bytes_per_token(self.gpus.len() as u32)
