@@ -212,18 +212,20 @@ pub fn run(
             }
         }
     }
-    // The stop stores everything at once; the writer only finishes what it holds.
-    let (ops, windows) = sink.finish(&mut sim);
+    // The stop stores what is left at once; the writer only finishes what it holds.
+    let (records, ops, windows) = sink.finish(&mut sim);
     let loads: Vec<_> = (0..planned.tenants.len() as u32).map(|i| sim.load(i)).collect();
     let clock = sim.now();
+    sim.drop_unfinished("the server shut down");
+    publish_counts(&shared, &planned, &loads, &sim.counts(), &[], t0, clock);
     let mut result = sim.finish("the server shut down");
     result.ops.splice(0..0, ops);
-    publish_records(&shared, &planned, &loads, &result.records, &[], t0, clock);
+    result.records.splice(0..0, records);
     Some(super::Stopped { result, windows })
 }
 
 fn admit(sim: &mut LiveSim, reqs: &Requests, clients: &mut HashMap<u64, u32>, sink: &mut Sink, s: Submit) {
-    let id = sim.records().len() as u32;
+    let id = sim.next_id();
     // Refused or served, the request has a record from here on.
     sink.opened(id);
     let (prompt, max_tokens) = (s.prompt.len() as u32, s.params.max_tokens);
@@ -246,14 +248,14 @@ fn admit(sim: &mut LiveSim, reqs: &Requests, clients: &mut HashMap<u64, u32>, si
 fn publish(sim: &LiveSim, shared: &Shared, scn: &Scenario, reqs: &Requests, t0: Instant) {
     let loads: Vec<_> = (0..scn.tenants.len() as u32).map(|i| sim.load(i)).collect();
     let serving: Vec<u32> = reqs.borrow().values().map(|p| p.tenant).collect();
-    publish_records(shared, scn, &loads, sim.records(), &serving, t0, sim.now());
+    publish_counts(shared, scn, &loads, &sim.counts(), &serving, t0, sim.now());
 }
 
-fn publish_records(
+fn publish_counts(
     shared: &Shared,
     scn: &Scenario,
     loads: &[slicesched_sim::EngineState],
-    records: &[slicesched_sim::RequestRecord],
+    counts: &[slicesched_sim::RequestCounts],
     serving: &[u32],
     t0: Instant,
     clock_ns: u64,
@@ -272,12 +274,8 @@ fn publish_records(
             ..Default::default()
         })
         .collect();
-    for r in records {
-        let t = &mut tenants[r.tenant as usize];
-        t.requests += 1;
-        t.completed += r.finish_ns.is_some() as u64;
-        t.dropped += r.dropped.is_some() as u64;
-        t.sla_violations += (r.finish_ns.is_some() && r.violates()) as u64;
+    for (t, c) in tenants.iter_mut().zip(counts) {
+        (t.requests, t.completed, t.dropped, t.sla_violations) = (c.requests, c.completed, c.dropped, c.sla_violations);
     }
     for &p in serving {
         tenants[p as usize].in_service += 1;

@@ -6,10 +6,16 @@
 //! The serving loop never waits for the database: every [`FLUSH_EVERY`] it hands a batch
 //! to a bounded channel without blocking ([`Sink::flush`]); a tokio task ([`spawn_writer`])
 //! writes each batch in one transaction with the bulk-insert helpers of `db::results`. When
-//! the database is slow or down the channel fills, the loop keeps at most
-//! [`MAX_BUFFERED`] records, and what it had to let go is counted ([`HistoryStats`]); the
-//! stop's final store writes every record again (skipping those already stored), so the
-//! stored run ends complete whatever was dropped on the way.
+//! the database is slow or down the channel fills, and a batch the database refused every
+//! try comes back to the loop ([`HistoryStats::give_back`]); the loop keeps at most
+//! [`MAX_BUFFERED`] records waiting, and what it had to let go past that is counted
+//! ([`HistoryStats`]). The stop's final store writes what is still waiting and every
+//! record the loop still holds (skipping those already stored).
+//!
+//! Once a record is in the sink, the loop forgets it ([`LiveSim::retire`]): what a
+//! cluster holds per request is bounded by what is in service and what waits for the
+//! database, not by how long it has served. A record let go past [`MAX_BUFFERED`] is
+//! missing from the per-request history; the summary still counts it.
 
 use super::Cluster;
 use crate::state::AppState;
@@ -18,7 +24,7 @@ use slicesched_sim::{LiveSim, OpRecord, OpWindow, RequestRecord, Summary, TimeSe
 use sqlx::PgPool;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use utoipa::ToSchema;
@@ -31,7 +37,10 @@ pub const CHANNEL_BATCHES: usize = 8;
 /// Ended records the loop keeps while the channel is full, at most; past it the oldest
 /// are let go (and counted).
 pub const MAX_BUFFERED: usize = 100_000;
-/// Tries of one batch before the writer lets it go (none but the first while stopping).
+/// Seconds of the series the loop keeps behind what it handed over: a busy span that
+/// closes late still lands in its bucket (ops last ms; the final store rewrites these).
+const SERIES_KEPT: usize = 60;
+/// Tries of one batch before the writer gives it back (none but the first while stopping).
 const ATTEMPTS: u32 = 3;
 
 /// What went to the history tables while serving.
@@ -39,13 +48,16 @@ const ATTEMPTS: u32 = 3;
 pub struct HistoryStats {
     /// Records written by the writer.
     pub written: AtomicU64,
-    /// Records let go while serving (buffer full, or a batch the database refused every
-    /// try); the stop's final store writes them.
+    /// Records let go while serving, past [`MAX_BUFFERED`] waiting for the database:
+    /// missing from the per-request history (the summary counts them).
     pub dropped: AtomicU64,
     /// Batches whose write failed (each try).
     pub failed_writes: AtomicU64,
     /// The cluster is stopping: the writer tries each batch once.
     closing: AtomicBool,
+    /// Records of batches the database refused every try, for the loop (or the stop's
+    /// final store) to hand over again.
+    returned: Mutex<Vec<RequestRecord>>,
 }
 
 /// [`HistoryStats`] as the live status shows it.
@@ -67,6 +79,21 @@ impl HistoryStats {
 
     pub fn closing(&self) {
         self.closing.store(true, Ordering::Relaxed);
+    }
+
+    /// A refused batch's records come back, up to [`MAX_BUFFERED`] waiting (the rest
+    /// are let go and counted).
+    fn give_back(&self, records: Vec<RequestRecord>) {
+        let mut r = self.returned.lock().unwrap_or_else(|e| e.into_inner());
+        let room = MAX_BUFFERED.saturating_sub(r.len());
+        let over = records.len().saturating_sub(room);
+        r.extend(records.into_iter().take(room));
+        self.dropped.fetch_add(over as u64, Ordering::Relaxed);
+    }
+
+    /// The records that came back and are not handed over again yet.
+    pub fn take_returned(&self) -> Vec<RequestRecord> {
+        std::mem::take(&mut *self.returned.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -162,16 +189,18 @@ impl Sink {
         }
     }
 
-    /// What the stop's final store writes besides the records: the ops not handed over
-    /// and every sample window up to `now` (the last one cut at `now`).
-    pub fn finish(mut self, sim: &mut LiveSim) -> (Vec<OpRecord>, Vec<SampleWindow>) {
+    /// What the stop's final store writes besides the records the loop holds: the ended
+    /// records not handed over, the ops not handed over and every sample window up to
+    /// `now` (the last one cut at `now`).
+    pub fn finish(mut self, sim: &mut LiveSim) -> (Vec<RequestRecord>, Vec<OpRecord>, Vec<SampleWindow>) {
         let now = sim.now();
         self.take_sample(sim, now);
         let (from_ns, to_ns) = self.sample.repeat(self.next_window);
         if from_ns < now {
             self.close(from_ns, to_ns.min(now));
         }
-        (self.ops, self.windows)
+        self.buffered.extend(self.stats.take_returned());
+        (self.buffered, self.ops, self.windows)
     }
 
     /// A request got a record (served, or refused at once: both are history).
@@ -198,6 +227,9 @@ impl Sink {
             self.open.remove(&id);
             self.buffered.extend(sim.record(id).cloned());
         }
+        // The sink has every ended record the loop was asked to keep: the loop forgets them.
+        sim.retire(|id| self.open.contains(&id));
+        self.buffered.extend(self.stats.take_returned());
         if self.buffered.len() > MAX_BUFFERED {
             let over = self.buffered.len() - MAX_BUFFERED;
             self.buffered.drain(..over);
@@ -205,11 +237,13 @@ impl Sink {
         }
         let s = sim.series();
         let now_bucket = (sim.now() / slicesched_sim::SERIES_BUCKET_NS) as usize;
-        let to = crate::db::results::series_len(s).max(now_bucket + 1);
+        let to = s.end().max(now_bucket + 1);
         let from = self.series_from.min(to);
-        let part = |v: &Vec<u64>| v.get(from..).map_or(Vec::new(), <[u64]>::to_vec);
+        let held = from.saturating_sub(s.first);
+        let part = |v: &Vec<u64>| v.get(held..).map_or(Vec::new(), <[u64]>::to_vec);
         let mut series = TimeSeries {
             bucket_s: s.bucket_s,
+            first: 0,
             prompt_tokens: part(&s.prompt_tokens),
             output_tokens: part(&s.output_tokens),
             completed: part(&s.completed),
@@ -226,12 +260,14 @@ impl Sink {
             windows: std::mem::take(&mut self.windows),
         };
         match self.tx.try_send(batch) {
-            Ok(()) => self.series_from = to - 1,
-            Err(mpsc::error::TrySendError::Full(b)) => {
-                (self.buffered, self.ops, self.windows) = (b.records, b.ops, b.windows);
+            Ok(()) => {
+                self.series_from = to - 1;
+                sim.forget_series_before(self.series_from.saturating_sub(SERIES_KEPT));
             }
-            Err(mpsc::error::TrySendError::Closed(b)) => {
-                self.stats.dropped.fetch_add(b.records.len() as u64, Ordering::Relaxed);
+            // The writer is behind (or gone): the batch waits here for the next flush or
+            // the stop's final store.
+            Err(mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b)) => {
+                (self.buffered, self.ops, self.windows) = (b.records, b.ops, b.windows);
             }
         }
     }
@@ -259,7 +295,7 @@ pub fn spawn_writer(
                         stats.failed_writes.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, run = %run, "writing live history failed");
                         if tries >= ATTEMPTS || stats.closing.load(Ordering::Relaxed) {
-                            stats.dropped.fetch_add(b.records.len() as u64, Ordering::Relaxed);
+                            stats.give_back(b.records);
                             break;
                         }
                         tokio::time::sleep(Duration::from_millis(500 * tries as u64)).await;
@@ -394,7 +430,7 @@ pub async fn sla_changed(
     Ok(())
 }
 
-/// The stopped cluster's whole traffic: every record (those the writer stored are kept),
+/// The stopped cluster's traffic: the records not stored yet (those the writer stored are kept),
 /// the padded series, the latency histograms, the summary and `succeeded`, in one
 /// transaction that refuses a run no longer `running`.
 pub async fn store(st: &AppState, c: &Cluster, s: &super::Stopped, actor: &str) -> Result<(), sqlx::Error> {
@@ -422,7 +458,7 @@ pub async fn store(st: &AppState, c: &Cluster, s: &super::Stopped, actor: &str) 
     }
     crate::db::results::insert_requests(&mut tx, c.id, &r.records, &names, true).await?;
     store_sample(&mut tx, c.id, &r.ops, &s.windows).await?;
-    crate::db::results::store_series(&mut tx, c.id, &r.series, 0, true).await?;
+    crate::db::results::store_series(&mut tx, c.id, &r.series, r.series.first, true).await?;
     crate::db::latency::store(&mut tx, c.id, None).await?;
     let h = c.history.snapshot();
     crate::db::audit(
@@ -430,7 +466,7 @@ pub async fn store(st: &AppState, c: &Cluster, s: &super::Stopped, actor: &str) 
         actor,
         "live.stored",
         &c.id.to_string(),
-        serde_json::json!({"requests": r.records.len(), "written_while_serving": h.records_written,
+        serde_json::json!({"requests": r.summary.requests, "written_at_stop": r.records.len(), "written_while_serving": h.records_written,
                            "dropped_while_serving": h.records_dropped}),
     )
     .await?;

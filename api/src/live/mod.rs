@@ -241,7 +241,11 @@ impl Cluster {
         if let Some(w) = writer {
             let _ = w.await;
         }
-        served
+        // What the database refused while stopping waits for the final store too.
+        served.map(|mut s| {
+            s.result.records.extend(self.history.take_returned());
+            s
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use slicesched_model::{DecodeItem, IterationBatch, PrefillItem};
+use crate::IdDeque;
 use std::collections::VecDeque;
 
 /// Batching knobs, named after vLLM's.
@@ -97,7 +98,8 @@ pub struct Engine {
     cfg: EngineConfig,
     blocks_total: u32,
     blocks_free: u32,
-    seqs: Vec<Seq>,
+    /// By [`SeqId`]; the oldest ended ones retire ([`Engine::retire_ended`]).
+    seqs: IdDeque<Seq>,
     waiting: VecDeque<SeqId>,
     running: Vec<SeqId>,
     /// Batches executing, by [`BatchId`] slot; several at once when a policy runs
@@ -131,7 +133,7 @@ impl Engine {
             cfg,
             blocks_total: kv_blocks,
             blocks_free: kv_blocks,
-            seqs: Vec::new(),
+            seqs: IdDeque::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
             batches: Vec::new(),
@@ -466,6 +468,20 @@ impl Engine {
     pub fn blocks_held(&self) -> u32 {
         self.seqs.iter().map(|s| s.blocks).sum()
     }
+
+    /// Forgets the oldest requests that ended, up to the first one still waiting or
+    /// running, and returns the lowest [`SeqId`] still held. A server that runs for ever
+    /// calls this so the engine holds what is open, not every request it ever had; a
+    /// retired request's state is gone ([`Engine::is_finished`] still answers true).
+    pub fn retire_ended(&mut self) -> u32 {
+        self.seqs.retire_while(|s| s.finished && !s.inflight, |_, _| {});
+        self.seqs.base() as u32
+    }
+
+    /// Requests whose state the engine holds (open ones, and ended ones not retired).
+    pub fn seqs_held(&self) -> usize {
+        self.seqs.held()
+    }
 }
 
 #[cfg(test)]
@@ -499,6 +515,35 @@ mod tests {
         let (iters, ev) = run_to_end(&mut e);
         assert_eq!(iters, 3);
         assert_eq!(ev, vec![SeqEvent::Finished { seq: SeqId(0) }]);
+        assert_eq!(e.kv_blocks_free(), 1000);
+    }
+
+    #[test]
+    fn ended_requests_retire_oldest_first_and_ids_keep_counting() {
+        let mut e = Engine::new(EngineConfig::default(), 1000);
+        let long = match e.add_request(50, 40) {
+            Admission::Queued(s) => s,
+            other => panic!("{other:?}"),
+        };
+        for _ in 0..5 {
+            e.add_request(20, 2);
+        }
+        // A few iterations: the short ones finish, the long one is still decoding.
+        for _ in 0..4 {
+            let b = e.schedule().unwrap();
+            e.complete(b, &mut Vec::new());
+        }
+        assert!(!e.is_finished(long));
+        // The long request is the oldest: nothing behind it can retire yet.
+        assert_eq!(e.retire_ended(), 0);
+        assert_eq!(e.seqs_held(), 6);
+        run_to_end(&mut e);
+        assert_eq!(e.retire_ended(), 6);
+        assert_eq!(e.seqs_held(), 0);
+        assert!(e.is_finished(long));
+        assert_eq!(e.add_request(10, 1), Admission::Queued(SeqId(6)));
+        assert_eq!(e.retire_ended(), 6, "an open request stays");
+        run_to_end(&mut e);
         assert_eq!(e.kv_blocks_free(), 1000);
     }
 

@@ -11,7 +11,9 @@
 //! and what an iteration costs is someone else's business.
 
 mod engine;
+mod ids;
 mod sla;
 
 pub use engine::{Admission, BatchId, Engine, EngineConfig, SeqEvent, SeqId};
+pub use ids::IdDeque;
 pub use sla::Sla;

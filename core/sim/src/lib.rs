@@ -25,12 +25,14 @@ mod probe;
 mod record;
 mod replay;
 mod scenario;
+mod sketch;
 mod summary;
+mod totals;
 
 pub use busy::max_bytes as busy_max_bytes;
 pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
 pub use exec::{End, ExecOp, OpExecutor};
-pub use live::{EngineState, LiveSim};
+pub use live::{EngineState, LiveSim, RequestCounts};
 pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,

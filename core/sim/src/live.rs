@@ -4,6 +4,7 @@
 //! [`crate::replay_with`]; only where arrivals and time come from differs.
 
 use crate::replay::{ReplayOptions, ReplayResult, Sim};
+use crate::totals::RunTotals;
 use crate::{End, OpExecutor, RequestRecord, Scenario, Summary, TimeSeries};
 use slicesched_cost::CostModel;
 use slicesched_engine::Sla;
@@ -21,12 +22,40 @@ pub struct EngineState {
     pub batches_in_flight: u32,
 }
 
+/// A tenant's requests so far (ended or not).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    pub requests: u64,
+    pub completed: u64,
+    pub dropped: u64,
+    /// Completed past a target (drops are counted apart).
+    pub sla_violations: u64,
+}
+
+impl RequestCounts {
+    fn add(&mut self, r: &RequestRecord) {
+        self.requests += 1;
+        self.completed += r.finish_ns.is_some() as u64;
+        self.dropped += (r.finish_ns.is_none() && r.dropped.is_some()) as u64;
+        self.sla_violations += (r.finish_ns.is_some() && r.violates()) as u64;
+    }
+}
+
 /// A simulator whose requests and clock come from its caller.
+///
+/// It serves for as long as its caller lets it, so what it holds per request is
+/// bounded: once a request ended and its caller is done with its record
+/// ([`LiveSim::retire`]), the record and the engine's state for it go, and its figures
+/// move into the run's totals (counts, and latency sketches within 0.1%), which the
+/// summary reads together with the records still held. The requests held are those in
+/// service and the ended ones behind the oldest still in service.
 pub struct LiveSim<'a> {
     sim: Sim<'a>,
     /// Each tenant's SLA in force: new arrivals are judged against it (it may change
     /// while serving).
     slas: Vec<Sla>,
+    retired: RunTotals,
+    retired_counts: Vec<RequestCounts>,
 }
 
 impl<'a> LiveSim<'a> {
@@ -39,9 +68,13 @@ impl<'a> LiveSim<'a> {
         exec: Option<&'a mut dyn OpExecutor>,
     ) -> Self {
         let mut sim = Sim::new(scn, policy, cost, opts, exec);
-        sim.records.clear();
+        sim.records = Default::default();
+        for g in &mut sim.dev.gpus {
+            g.gap_lengths = crate::metrics::GapLengths::bounded();
+        }
         let slas = scn.tenants.iter().map(|t| t.sla).collect();
-        Self { sim, slas }
+        let n = scn.tenants.len();
+        Self { sim, slas, retired: RunTotals::new(n, true), retired_counts: vec![RequestCounts::default(); n] }
     }
 
     /// The loop's clock (ns).
@@ -111,22 +144,71 @@ impl<'a> LiveSim<'a> {
         }
     }
 
-    /// The figures so far, over the requests that ended (finished or dropped).
+    /// The figures so far, over the requests that ended (finished or dropped), retired
+    /// or still held; latency quantiles are within 0.1% of the exact ones.
     pub fn summary(&self) -> Summary {
-        self.sim.summarize_records(self.sim.now.max(1), true)
+        let mut totals = self.retired.clone();
+        self.sim.records.iter().filter(|r| r.ended()).for_each(|r| totals.add(r));
+        self.sim.summarize_with(self.sim.now.max(1), totals)
     }
 
-    /// The per-second series so far (its last bucket still filling).
+    /// Each tenant's requests so far, retired or held.
+    pub fn counts(&self) -> Vec<RequestCounts> {
+        let mut c = self.retired_counts.clone();
+        for r in self.sim.records.iter() {
+            c[r.tenant as usize].add(r);
+        }
+        c
+    }
+
+    /// Forgets the oldest requests that ended and whose records `keep` no longer asks
+    /// for, up to the first one still needed: their records, their (instance,
+    /// sequence) and the engines' state for them. Returns how many retired.
+    pub fn retire(&mut self, mut keep: impl FnMut(u32) -> bool) -> usize {
+        let Self { sim, retired, retired_counts, .. } = self;
+        let n = sim.records.retire_while(
+            |r| r.ended() && !keep(r.id),
+            |_, r| {
+                retired.add(&r);
+                retired_counts[r.tenant as usize].add(&r);
+            },
+        );
+        sim.req_seq.retire_to(sim.records.base());
+        for inst in &mut sim.insts {
+            let base = inst.engine.retire_ended();
+            inst.seq_to_req.retire_to(base as usize);
+        }
+        n
+    }
+
+    /// Requests whose state is held now: (records, engine sequences over all instances).
+    pub fn held(&self) -> (usize, usize) {
+        (self.sim.records.held(), self.sim.insts.iter().map(|i| i.engine.seqs_held()).sum())
+    }
+
+    /// The per-second series so far (its last bucket still filling), from bucket
+    /// [`TimeSeries::first`].
     pub fn series(&self) -> &TimeSeries {
         &self.sim.series
+    }
+
+    /// Forgets the series' buckets before `bucket` (history has them).
+    pub fn forget_series_before(&mut self, bucket: usize) {
+        self.sim.series.forget_before(bucket);
     }
 
     pub fn record(&self, req: u32) -> Option<&RequestRecord> {
         self.sim.records.get(req as usize)
     }
 
-    pub fn records(&self) -> &[RequestRecord] {
-        &self.sim.records
+    /// The records held (in service, or ended and not retired), oldest first.
+    pub fn records(&self) -> impl Iterator<Item = &RequestRecord> {
+        self.sim.records.iter()
+    }
+
+    /// The id the next arrival gets.
+    pub fn next_id(&self) -> u32 {
+        self.sim.records.len() as u32
     }
 
     /// The ops recorded since the last call ([`ReplayOptions::record_ops`]): handing
@@ -156,13 +238,20 @@ impl<'a> LiveSim<'a> {
         l
     }
 
-    /// Ends the loop: requests still unfinished are recorded as dropped with `why`.
-    pub fn finish(mut self, why: &'static str) -> ReplayResult {
-        for r in &mut self.sim.records {
+    /// Records every request still unfinished as dropped with `why` (the stop does this
+    /// before [`LiveSim::finish`] so its counts include them).
+    pub fn drop_unfinished(&mut self, why: &'static str) {
+        for r in self.sim.records.iter_mut() {
             if r.finish_ns.is_none() && r.dropped.is_none() {
                 r.dropped = Some(why);
             }
         }
-        self.sim.finish()
+    }
+
+    /// Ends the loop: requests still unfinished are recorded as dropped with `why`. The
+    /// result's records are those still held; its summary covers every request.
+    pub fn finish(mut self, why: &'static str) -> ReplayResult {
+        self.drop_unfinished(why);
+        self.sim.finish_with(Some(self.retired))
     }
 }

@@ -35,6 +35,11 @@ impl RequestRecord {
         self.finish_ns.map(|t| t - self.arrival_ns)
     }
     /// Dropped requests violate; completed ones when TTFT or mean TPOT misses target.
+    /// Finished or dropped: its figures are final.
+    pub fn ended(&self) -> bool {
+        self.finish_ns.is_some() || self.dropped.is_some()
+    }
+
     pub fn violates(&self) -> bool {
         match (self.ttft_ns(), self.tpot_ns(), self.finish_ns) {
             (Some(a), Some(b), Some(_)) => a > self.ttft_target_ns || b > self.tpot_target_ns,
@@ -127,12 +132,22 @@ impl GapHistogram {
 pub(crate) struct GapLengths {
     short: Vec<u32>,
     long: Vec<u64>,
+    /// Set for a live loop, which idles for ever: the gaps go here instead.
+    sketch: Option<crate::sketch::Sketch>,
 }
 
 impl GapLengths {
+    /// Gaps kept in a [`crate::sketch::Sketch`] (quantiles within 0.1%), not one by one.
+    pub fn bounded() -> Self {
+        Self { sketch: Some(Default::default()), ..Default::default() }
+    }
+
     pub fn record(&mut self, ns: u64) {
         if ns == 0 {
             return;
+        }
+        if let Some(s) = &mut self.sketch {
+            return s.record(ns);
         }
         match u32::try_from(ns) {
             Ok(v) => self.short.push(v),
@@ -143,6 +158,9 @@ impl GapLengths {
     /// Nearest-rank quantiles (the definition the latency percentiles use), ms; 0 when
     /// the GPU never idled.
     pub fn quantiles_ms(&self, qs: &[f64]) -> Vec<f64> {
+        if let Some(s) = &self.sketch {
+            return qs.iter().map(|&q| s.quantile_ms(q)).collect();
+        }
         let mut all: Vec<u64> = self.short.iter().map(|&v| v as u64).chain(self.long.iter().copied()).collect();
         qs.iter().map(|&q| quantile_ms(&mut all, q)).collect()
     }
@@ -152,6 +170,10 @@ impl GapLengths {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TimeSeries {
     pub bucket_s: f64,
+    /// The bucket the vectors start at: 0 in a replay; a live loop forgets the buckets
+    /// history has ([`TimeSeries::forget_before`]).
+    #[serde(skip)]
+    pub first: usize,
     pub prompt_tokens: Vec<u64>,
     pub output_tokens: Vec<u64>,
     pub completed: Vec<u64>,
@@ -160,8 +182,9 @@ pub struct TimeSeries {
     pub gpu_busy_ns: Vec<Vec<u64>>,
 }
 
-fn bump(v: &mut Vec<u64>, t: u64, by: u64) {
-    let b = (t / SERIES_BUCKET_NS) as usize;
+/// Adds to the bucket of `t`, unless it was forgotten already.
+fn bump(v: &mut Vec<u64>, first: usize, t: u64, by: u64) {
+    let Some(b) = ((t / SERIES_BUCKET_NS) as usize).checked_sub(first) else { return };
     if v.len() <= b {
         v.resize(b + 1, 0);
     }
@@ -174,15 +197,15 @@ impl TimeSeries {
     }
     pub fn add_tokens(&mut self, t: u64, prompt: u64, output: u64) {
         if prompt > 0 {
-            bump(&mut self.prompt_tokens, t, prompt);
+            bump(&mut self.prompt_tokens, self.first, t, prompt);
         }
         if output > 0 {
-            bump(&mut self.output_tokens, t, output);
+            bump(&mut self.output_tokens, self.first, t, output);
         }
     }
     pub fn add_completion(&mut self, t: u64, violated: bool) {
-        bump(&mut self.completed, t, 1);
-        bump(&mut self.violations, t, violated as u64);
+        bump(&mut self.completed, self.first, t, 1);
+        bump(&mut self.violations, self.first, t, violated as u64);
     }
     /// Adds a busy span to a GPU, split across the buckets it covers.
     pub fn add_busy(&mut self, gpu: usize, start: u64, end: u64) {
@@ -191,18 +214,37 @@ impl TimeSeries {
         while s < end {
             let edge = (s / SERIES_BUCKET_NS + 1) * SERIES_BUCKET_NS;
             let e = end.min(edge);
-            bump(v, s, e - s);
+            bump(v, self.first, s, e - s);
             s = e;
         }
     }
-    /// Pads every series to `buckets` so plots share an axis.
+    fn all_mut(&mut self) -> impl Iterator<Item = &mut Vec<u64>> {
+        [&mut self.prompt_tokens, &mut self.output_tokens, &mut self.completed, &mut self.violations]
+            .into_iter()
+            .chain(self.gpu_busy_ns.iter_mut())
+    }
+    /// Pads every series to `buckets` (counted from bucket 0) so plots share an axis.
     pub fn pad(&mut self, buckets: usize) {
-        for v in [&mut self.prompt_tokens, &mut self.output_tokens, &mut self.completed, &mut self.violations] {
-            v.resize(buckets.max(v.len()), 0);
+        let n = buckets.saturating_sub(self.first);
+        for v in self.all_mut() {
+            v.resize(n.max(v.len()), 0);
         }
-        for v in &mut self.gpu_busy_ns {
-            v.resize(buckets.max(v.len()), 0);
+    }
+    /// One past the last bucket held (counted from bucket 0).
+    pub fn end(&self) -> usize {
+        let lens = [&self.prompt_tokens, &self.output_tokens, &self.completed, &self.violations]
+            .into_iter()
+            .chain(self.gpu_busy_ns.iter())
+            .map(Vec::len);
+        self.first + lens.max().unwrap_or(0)
+    }
+    /// Drops the buckets before `bucket`: what is added to them later is not counted.
+    pub fn forget_before(&mut self, bucket: usize) {
+        let k = bucket.saturating_sub(self.first);
+        for v in self.all_mut() {
+            v.drain(..k.min(v.len()));
         }
+        self.first = self.first.max(bucket);
     }
 }
 

@@ -59,7 +59,9 @@ pub(crate) struct PlaceStats {
     pub borrowed: u64,
     pub transfers: u64,
     pub transfer_bytes: u64,
-    pub decision_wall_ns: Vec<u64>,
+    /// Wall time of each decision (a sketch: a live loop decides for ever).
+    pub decision_wall: crate::sketch::Sketch,
+    pub decision_wall_total_ns: u64,
     /// Per GPU: busy ns spent on ops of tenants it is not home to.
     pub guest_busy_ns: Vec<u64>,
     /// Per GPU: activation bytes of borrowed ops alive now.
@@ -255,7 +257,9 @@ impl Sim<'_> {
             }
         }
         if let Some(t0) = t0 {
-            self.stats.decision_wall_ns.push(t0.elapsed().as_nanos() as u64);
+            let ns = t0.elapsed().as_nanos() as u64;
+            self.stats.decision_wall.record(ns);
+            self.stats.decision_wall_total_ns += ns;
         }
         if sample {
             self.rec.decisions.push(crate::DecisionRecord {

@@ -4,7 +4,7 @@ use crate::devices::Devices;
 use crate::metrics::{RequestRecord, Summary, TimeSeries};
 use crate::scenario::Scenario;
 use slicesched_cost::{CostModel, CpuOverhead, DeviceCtx};
-use slicesched_engine::{Admission, BatchId, Engine, SeqEvent};
+use slicesched_engine::{Admission, BatchId, Engine, IdDeque, SeqEvent};
 use slicesched_gmg::{Gmg, GroupId, IterId, MemoryKind, OpId, TenantId};
 use slicesched_model::IterationDag;
 use slicesched_policy::{InstanceView, Placement, Policy, ReadyOp, TenantView, View};
@@ -80,6 +80,7 @@ pub struct Progress {
 #[derive(Debug, Clone)]
 pub struct ReplayResult {
     pub summary: Summary,
+    /// In id order; a live loop's result holds only the records it had not retired.
     pub records: Vec<RequestRecord>,
     pub series: TimeSeries,
     /// Ops that started before one of their inputs was done (must be 0).
@@ -116,7 +117,8 @@ pub(crate) struct InstRt {
     pub group: GroupId,
     pub is_home: bool,
     pub engine: Engine,
-    pub seq_to_req: Vec<u32>,
+    /// Request of each engine sequence, retired with the engine's ([`Engine::retire_ended`]).
+    pub seq_to_req: IdDeque<u32>,
     pub inflight: u32,
     /// Earliest pending launch, for the owner-need signal.
     pub next_launch: u64,
@@ -151,7 +153,8 @@ pub(crate) struct Sim<'a> {
     /// Instances of each tenant, home first.
     pub tenant_insts: Vec<Vec<u32>>,
     pub iters: Vec<Option<IterRt>>,
-    pub records: Vec<RequestRecord>,
+    /// By request id; a live loop retires the oldest ended ones ([`crate::LiveSim::retire`]).
+    pub records: IdDeque<RequestRecord>,
     pub series: TimeSeries,
     pub op_events: u64,
     pub iterations: u64,
@@ -197,7 +200,7 @@ pub(crate) struct Sim<'a> {
     /// The fast path's state (`crate::fast`).
     pub fast: crate::fast::FastState,
     /// Per request, its (instance, engine sequence) once admitted.
-    pub req_seq: Vec<(u32, u32)>,
+    pub req_seq: IdDeque<(u32, u32)>,
     /// Requests to end early, applied once they are not executing ([`Sim::apply_ends`]).
     pub ends: Vec<(u32, crate::End)>,
     pub preempted: Vec<slicesched_engine::SeqId>,
@@ -261,7 +264,7 @@ impl<'a> Sim<'a> {
                 group: h.group,
                 is_home: h.is_home,
                 engine: Engine::new(t.engine, h.kv_blocks).with_kv_window(t.model.kv_window()),
-                seq_to_req: Vec::new(),
+                seq_to_req: IdDeque::new(),
                 inflight: 0,
                 next_launch: u64::MAX,
             });
@@ -286,7 +289,8 @@ impl<'a> Sim<'a> {
                     tpot_target_ns: sla.tpot_target_ns(),
                 }
             })
-            .collect();
+            .collect::<Vec<_>>()
+            .into();
         let n_gpus = scn.cluster.len();
         let rec = crate::record::Recorder::new(opts.record_ops, opts.sample_decisions_every);
         let mut sim = Sim {
@@ -341,7 +345,7 @@ impl<'a> Sim<'a> {
             exec,
             stop_ns: 0,
             fast: Default::default(),
-            req_seq: Vec::new(),
+            req_seq: IdDeque::new(),
             ends: Vec::new(),
             preempted: Vec::new(),
             batch_seqs: Vec::new(),
@@ -795,7 +799,13 @@ impl Sim<'_> {
         }
     }
 
-    pub(crate) fn finish(mut self) -> ReplayResult {
+    pub(crate) fn finish(self) -> ReplayResult {
+        self.finish_with(None)
+    }
+
+    /// [`Sim::finish`] for a loop that retired records: `retired` holds their figures
+    /// and the summary adds the records still held.
+    pub(crate) fn finish_with(mut self, retired: Option<crate::totals::RunTotals>) -> ReplayResult {
         let end = self.now.max(1);
         for g in &mut self.dev.gpus {
             if !g.busy() {
@@ -804,8 +814,9 @@ impl Sim<'_> {
             }
         }
         for inst in &self.insts {
-            for (seq, &req) in inst.seq_to_req.iter().enumerate() {
-                let r = &mut self.records[req as usize];
+            for (seq, &req) in inst.seq_to_req.iter_ids() {
+                // A live loop may have retired the record of an ended request already.
+                let Some(r) = self.records.get_mut(req as usize) else { continue };
                 if r.finish_ns.is_none() && r.dropped.is_none() {
                     r.dropped = Some("unfinished when the drain window closed");
                     r.preemptions = inst.engine.seq_preemptions(slicesched_engine::SeqId(seq as u32));
@@ -814,12 +825,18 @@ impl Sim<'_> {
         }
         let buckets = (end / crate::metrics::SERIES_BUCKET_NS + 1) as usize;
         self.series.pad(buckets);
-        let summary = self.summarize(end);
+        let summary = match retired {
+            None => self.summarize(end),
+            Some(mut totals) => {
+                self.records.iter().filter(|r| r.ended()).for_each(|r| totals.add(r));
+                self.summarize_with(end, totals)
+            }
+        };
         let mut ops = std::mem::take(&mut self.rec.ops);
         ops.sort_by_key(|o| (o.start_ns, o.gpu));
         ReplayResult {
             summary,
-            records: self.records,
+            records: self.records.into_vec(),
             series: self.series,
             dependency_violations: self.dep_violations,
             ops,

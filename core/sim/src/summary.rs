@@ -1,6 +1,7 @@
 //! The replay's summary: per-request, per-tenant and per-GPU figures.
 
-use crate::metrics::{quantile_ms, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, Timing};
+use crate::metrics::{GpuStats, RequestRecord, Scheduling, Summary, TenantStats, Timing};
+use crate::totals::{RunTotals, Totals};
 use crate::replay::Sim;
 use slicesched_hw::GpuId;
 
@@ -26,61 +27,35 @@ pub struct RequestStats {
 impl RequestStats {
     /// Token rates are over `dur_s` seconds.
     pub fn of<'a>(recs: impl Iterator<Item = &'a RequestRecord>, dur_s: f64) -> Self {
-        let (mut n, mut done, mut dropped, mut viol, mut pt, mut ot) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-        let (mut ttft, mut tpot) = (Vec::new(), Vec::new());
-        for r in recs {
-            n += 1;
-            viol += r.violates() as u64;
-            if r.finish_ns.is_some() {
-                done += 1;
-                pt += r.prompt_tokens as u64;
-                ot += r.output_tokens as u64;
-                ttft.push(r.ttft_ns().unwrap_or(0));
-                if r.output_tokens > 1 {
-                    tpot.push(r.tpot_ns().unwrap_or(0));
-                }
-            } else {
-                dropped += 1;
-            }
-        }
-        let q = |v: &mut Vec<u64>, p| quantile_ms(v, p);
-        Self {
-            requests: n,
-            completed: done,
-            dropped,
-            within_sla: n - viol,
-            violation_rate: if n > 0 { viol as f64 / n as f64 } else { 0.0 },
-            prompt_tokens_per_s: pt as f64 / dur_s,
-            output_tokens_per_s: ot as f64 / dur_s,
-            ttft_ms: [q(&mut ttft, 0.5), q(&mut ttft, 0.9), q(&mut ttft, 0.99)],
-            tpot_ms: [q(&mut tpot, 0.5), q(&mut tpot, 0.9), q(&mut tpot, 0.99)],
-        }
+        let mut t = Totals::exact();
+        recs.for_each(|r| t.add(r));
+        t.stats(dur_s)
     }
 }
 
 /// Unfinished requests counted by why they were dropped, in first-seen order.
-pub fn dropped_by_reason(records: &[RequestRecord]) -> Vec<(String, u64)> {
+pub fn dropped_by_reason<'a>(records: impl IntoIterator<Item = &'a RequestRecord>) -> Vec<(String, u64)> {
     let mut reasons: Vec<(String, u64)> = Vec::new();
     for r in records {
         if let (Some(why), None) = (r.dropped, r.finish_ns) {
-            match reasons.iter_mut().find(|(x, _)| x == why) {
-                Some((_, c)) => *c += 1,
-                None => reasons.push((why.to_string(), 1)),
-            }
+            crate::totals::count_reason(&mut reasons, why);
         }
     }
     reasons
 }
 
 impl Sim<'_> {
+    /// Over every record, exactly (a replay).
     pub(crate) fn summarize(&self, end: u64) -> Summary {
-        self.summarize_records(end, false)
+        let mut totals = RunTotals::new(self.scn.tenants.len(), false);
+        self.records.iter().for_each(|r| totals.add(r));
+        self.summarize_with(end, totals)
     }
 
-    /// With `ended_only`, requests still in service are left out (a live server's figures
-    /// while it serves: an unfinished request is not yet a drop nor a violation).
-    pub(crate) fn summarize_records(&self, end: u64, ended_only: bool) -> Summary {
-        let keep = |r: &&RequestRecord| !ended_only || r.finish_ns.is_some() || r.dropped.is_some();
+    /// The summary whose request figures are `totals` (a live server passes those of
+    /// the requests that ended, retired or not: one still in service is not yet a drop
+    /// nor a violation).
+    pub(crate) fn summarize_with(&self, end: u64, mut totals: RunTotals) -> Summary {
         let dur_s = end as f64 / 1e9;
         let tenants: Vec<TenantStats> = self
             .scn
@@ -88,7 +63,7 @@ impl Sim<'_> {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let st = RequestStats::of(self.records.iter().filter(keep).filter(|r| r.tenant as usize == i), dur_s);
+                let st = totals.tenants[i].stats(dur_s);
                 TenantStats {
                     name: t.name.clone(),
                     model: t.model.name.clone(),
@@ -162,7 +137,7 @@ impl Sim<'_> {
                 gap_histogram: g.gaps.clone(),
             })
             .collect();
-        let st = RequestStats::of(self.records.iter().filter(keep), dur_s);
+        let st = totals.all.stats(dur_s);
         Summary {
             policy: self.policy.name().to_string(),
             scenario: self.scn.spec.name.clone(),
@@ -170,7 +145,7 @@ impl Sim<'_> {
             requests: st.requests,
             completed: st.completed,
             dropped: st.dropped,
-            dropped_by_reason: dropped_by_reason(&self.records),
+            dropped_by_reason: std::mem::take(&mut totals.dropped_by_reason),
             skipped_trace_rows: self.scn.skipped.clone(),
             violation_rate: st.violation_rate,
             duration_s: dur_s,
@@ -211,12 +186,11 @@ impl Sim<'_> {
             tenants,
             gpus,
             timing: {
-                let mut d = self.stats.decision_wall_ns.clone();
-                let total: u64 = d.iter().sum();
+                let (d, total) = (&self.stats.decision_wall, self.stats.decision_wall_total_ns);
                 Timing {
-                    decisions_per_s: if total > 0 { d.len() as f64 / (total as f64 / 1e9) } else { 0.0 },
-                    decision_p50_us: quantile_ms(&mut d, 0.5) * 1e3,
-                    decision_p99_us: quantile_ms(&mut d, 0.99) * 1e3,
+                    decisions_per_s: if total > 0 { d.count() as f64 / (total as f64 / 1e9) } else { 0.0 },
+                    decision_p50_us: d.quantile_ms(0.5) * 1e3,
+                    decision_p99_us: d.quantile_ms(0.99) * 1e3,
                     ..Timing::default()
                 }
             },
