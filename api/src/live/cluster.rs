@@ -192,7 +192,8 @@ pub fn run(
         sim.advance(wall(), 256);
         if published.elapsed() >= Duration::from_millis(50) {
             clients.retain(|_, r| reqs.borrow().contains_key(r));
-            publish(&sim, &shared, &planned, &reqs, t0);
+            let serving: Vec<u32> = reqs.borrow().values().map(|p| p.tenant).collect();
+            publish(&sim, &shared, &planned, &serving, t0);
             published = Instant::now();
         }
         if sink.due() {
@@ -214,10 +215,8 @@ pub fn run(
     }
     // The stop stores what is left at once; the writer only finishes what it holds.
     let (records, ops, windows) = sink.finish(&mut sim);
-    let loads: Vec<_> = (0..planned.tenants.len() as u32).map(|i| sim.load(i)).collect();
-    let clock = sim.now();
     sim.drop_unfinished("the server shut down");
-    publish_counts(&shared, &planned, &loads, &sim.counts(), &[], t0, clock);
+    publish(&sim, &shared, &planned, &[], t0);
     let mut result = sim.finish("the server shut down");
     result.ops.splice(0..0, ops);
     result.records.splice(0..0, records);
@@ -245,21 +244,9 @@ fn admit(sim: &mut LiveSim, reqs: &Requests, clients: &mut HashMap<u64, u32>, si
     }
 }
 
-fn publish(sim: &LiveSim, shared: &Shared, scn: &Scenario, reqs: &Requests, t0: Instant) {
+/// What the loop shows the handle: each tenant's queues, KV and counts, and what it holds.
+fn publish(sim: &LiveSim, shared: &Shared, scn: &Scenario, serving: &[u32], t0: Instant) {
     let loads: Vec<_> = (0..scn.tenants.len() as u32).map(|i| sim.load(i)).collect();
-    let serving: Vec<u32> = reqs.borrow().values().map(|p| p.tenant).collect();
-    publish_counts(shared, scn, &loads, &sim.counts(), &serving, t0, sim.now());
-}
-
-fn publish_counts(
-    shared: &Shared,
-    scn: &Scenario,
-    loads: &[slicesched_sim::EngineState],
-    counts: &[slicesched_sim::RequestCounts],
-    serving: &[u32],
-    t0: Instant,
-    clock_ns: u64,
-) {
     let mut tenants: Vec<TenantSnapshot> = scn
         .tenants
         .iter()
@@ -274,7 +261,7 @@ fn publish_counts(
             ..Default::default()
         })
         .collect();
-    for (t, c) in tenants.iter_mut().zip(counts) {
+    for (t, c) in tenants.iter_mut().zip(sim.counts()) {
         (t.requests, t.completed, t.dropped, t.sla_violations) = (c.requests, c.completed, c.dropped, c.sla_violations);
     }
     for &p in serving {
@@ -282,6 +269,8 @@ fn publish_counts(
     }
     let mut s = shared.snapshot.lock().unwrap_or_else(|e| e.into_inner());
     s.uptime_s = t0.elapsed().as_secs_f64();
-    s.clock_s = clock_ns as f64 / 1e9;
+    s.clock_s = sim.now() as f64 / 1e9;
     s.tenants = tenants;
+    let (records, sequences) = sim.held();
+    (s.held_records, s.held_sequences) = (records as u64, sequences as u64);
 }

@@ -65,6 +65,11 @@ pub struct Snapshot {
     /// The loop's clock (it follows the wall clock; behind it when the loop is busy).
     pub clock_s: f64,
     pub tenants: Vec<TenantSnapshot>,
+    /// Requests whose state the loop holds: in service, or ended and not yet handed to
+    /// history (within a second). Bounded however long the cluster serves.
+    pub held_records: u64,
+    /// Engine sequences held over every instance (the same bound).
+    pub held_sequences: u64,
 }
 
 /// A served tenant as the HTTP side sees it.

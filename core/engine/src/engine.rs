@@ -1,8 +1,8 @@
 //! The continuous-batching scheduler of one tenant.
 
+use crate::IdDeque;
 use serde::{Deserialize, Serialize};
 use slicesched_model::{DecodeItem, IterationBatch, PrefillItem};
-use crate::IdDeque;
 use std::collections::VecDeque;
 
 /// Batching knobs, named after vLLM's.

@@ -1,8 +1,8 @@
 //! The replay's summary: per-request, per-tenant and per-GPU figures.
 
 use crate::metrics::{GpuStats, RequestRecord, Scheduling, Summary, TenantStats, Timing};
-use crate::totals::{RunTotals, Totals};
 use crate::replay::Sim;
+use crate::totals::{RunTotals, Totals};
 use slicesched_hw::GpuId;
 
 /// The request figures of a summary (whole run or one tenant), from the records alone:

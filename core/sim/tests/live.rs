@@ -69,7 +69,8 @@ fn serve<'a>(
 #[test]
 fn a_live_loop_holds_what_is_in_service_and_still_counts_every_request() {
     let scn = scenario(SCENARIO);
-    let (mut p1, mut p2) = (slicesched_policy::builtin("dedicated").unwrap(), slicesched_policy::builtin("dedicated").unwrap());
+    let (mut p1, mut p2) =
+        (slicesched_policy::builtin("dedicated").unwrap(), slicesched_policy::builtin("dedicated").unwrap());
     let (most, retiring) = serve(&scn, p1.as_mut(), true);
     let (all, keeping) = serve(&scn, p2.as_mut(), false);
     // 50 arrivals a second, retired each second: what arrived over the last second and
@@ -80,12 +81,18 @@ fn a_live_loop_holds_what_is_in_service_and_still_counts_every_request() {
 
     let (a, b) = (retiring.summary(), keeping.summary());
     assert_eq!((a.requests, a.completed, a.dropped), (REQUESTS, REQUESTS, 0));
-    assert_eq!((a.requests, a.completed, a.dropped, a.violation_rate), (b.requests, b.completed, b.dropped, b.violation_rate));
+    assert_eq!(
+        (a.requests, a.completed, a.dropped, a.violation_rate),
+        (b.requests, b.completed, b.dropped, b.violation_rate)
+    );
     assert_eq!(retiring.counts(), keeping.counts());
     // Both read latency off the same sketches: the same figures, retired or held.
     assert_eq!((a.ttft_p50_ms, a.ttft_p99_ms, a.tpot_p90_ms), (b.ttft_p50_ms, b.ttft_p99_ms, b.tpot_p90_ms));
     for (x, y) in a.tenants.iter().zip(&b.tenants) {
-        assert_eq!((x.requests, x.ttft_p90_ms, x.output_tokens_per_s), (y.requests, y.ttft_p90_ms, y.output_tokens_per_s));
+        assert_eq!(
+            (x.requests, x.ttft_p90_ms, x.output_tokens_per_s),
+            (y.requests, y.ttft_p90_ms, y.output_tokens_per_s)
+        );
     }
     // And the sketches are within 0.1% of the exact nearest-rank figures.
     let dur_s = keeping.now() as f64 / 1e9;

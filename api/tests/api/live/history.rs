@@ -52,6 +52,10 @@ async fn live_traffic_is_stored_while_it_is_served(pool: PgPool) {
     // The cluster still serves; its run already holds what ended, and its figures.
     let run = poll(&app, &run_path, |r| r["summary"]["completed"] == 3).await;
     assert_eq!(run["status"], "running");
+    // Once history has them, the loop forgets the requests that ended; its counts stay.
+    let st = poll(&app, "/api/v1/live", |st| st["now"]["held_records"] == 0 && st["now"]["held_sequences"] == 0).await;
+    let alpha_now = &st["now"]["tenants"][0];
+    assert_eq!((alpha_now["requests"].as_u64(), alpha_now["completed"].as_u64()), (Some(2), Some(2)), "{st}");
     let reqs = poll(&app, &format!("{run_path}/requests"), |v| v["items"].as_array().unwrap().len() == 3).await;
     assert!(reqs["items"].as_array().unwrap().iter().all(|r| r["dropped"].is_null() && r["output_tokens"] == 6));
     let series = poll(&app, &format!("{run_path}/series"), |v| {
