@@ -170,11 +170,7 @@ pub async fn refresh_op_bounds(tx: &mut Transaction<'_, Postgres>, run: Uuid) ->
 
 /// Buckets the longest of a series' counters has.
 pub fn series_len(s: &slicesched_sim::TimeSeries) -> usize {
-    [s.prompt_tokens.len(), s.output_tokens.len(), s.completed.len(), s.violations.len()]
-        .into_iter()
-        .chain(s.gpu_busy_ns.iter().map(Vec::len))
-        .max()
-        .unwrap_or(0)
+    s.end() - s.first
 }
 
 /// Writes the series' buckets (a bucket past a counter's end is 0), numbered from

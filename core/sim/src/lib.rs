@@ -32,7 +32,7 @@ mod totals;
 pub use busy::max_bytes as busy_max_bytes;
 pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
 pub use exec::{End, ExecOp, OpExecutor};
-pub use live::{EngineState, LiveSim, RequestCounts};
+pub use live::{EngineState, LiveSim};
 pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,
@@ -45,3 +45,4 @@ pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};
 pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};
 pub use summary::{dropped_by_reason, RequestStats};
+pub use totals::RequestCounts;

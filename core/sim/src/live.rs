@@ -4,7 +4,7 @@
 //! [`crate::replay_with`]; only where arrivals and time come from differs.
 
 use crate::replay::{ReplayOptions, ReplayResult, Sim};
-use crate::totals::RunTotals;
+use crate::totals::{RequestCounts, RunTotals};
 use crate::{End, OpExecutor, RequestRecord, Scenario, Summary, TimeSeries};
 use slicesched_cost::CostModel;
 use slicesched_engine::Sla;
@@ -22,25 +22,6 @@ pub struct EngineState {
     pub batches_in_flight: u32,
 }
 
-/// A tenant's requests so far (ended or not).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RequestCounts {
-    pub requests: u64,
-    pub completed: u64,
-    pub dropped: u64,
-    /// Completed past a target (drops are counted apart).
-    pub sla_violations: u64,
-}
-
-impl RequestCounts {
-    fn add(&mut self, r: &RequestRecord) {
-        self.requests += 1;
-        self.completed += r.finish_ns.is_some() as u64;
-        self.dropped += (r.finish_ns.is_none() && r.dropped.is_some()) as u64;
-        self.sla_violations += (r.finish_ns.is_some() && r.violates()) as u64;
-    }
-}
-
 /// A simulator whose requests and clock come from its caller.
 ///
 /// It serves for as long as its caller lets it, so what it holds per request is
@@ -55,7 +36,6 @@ pub struct LiveSim<'a> {
     /// while serving).
     slas: Vec<Sla>,
     retired: RunTotals,
-    retired_counts: Vec<RequestCounts>,
 }
 
 impl<'a> LiveSim<'a> {
@@ -73,8 +53,7 @@ impl<'a> LiveSim<'a> {
             g.gap_lengths = crate::metrics::GapLengths::bounded();
         }
         let slas = scn.tenants.iter().map(|t| t.sla).collect();
-        let n = scn.tenants.len();
-        Self { sim, slas, retired: RunTotals::new(n, true), retired_counts: vec![RequestCounts::default(); n] }
+        Self { sim, slas, retired: RunTotals::new(scn.tenants.len(), true) }
     }
 
     /// The loop's clock (ns).
@@ -147,14 +126,12 @@ impl<'a> LiveSim<'a> {
     /// The figures so far, over the requests that ended (finished or dropped), retired
     /// or still held; latency quantiles are within 0.1% of the exact ones.
     pub fn summary(&self) -> Summary {
-        let mut totals = self.retired.clone();
-        self.sim.records.iter().filter(|r| r.ended()).for_each(|r| totals.add(r));
-        self.sim.summarize_with(self.sim.now.max(1), totals)
+        self.sim.summarize_retired(self.sim.now.max(1), self.retired.clone())
     }
 
     /// Each tenant's requests so far, retired or held.
     pub fn counts(&self) -> Vec<RequestCounts> {
-        let mut c = self.retired_counts.clone();
+        let mut c: Vec<RequestCounts> = self.retired.tenants.iter().map(RequestCounts::of_ended).collect();
         for r in self.sim.records.iter() {
             c[r.tenant as usize].add(r);
         }
@@ -165,14 +142,8 @@ impl<'a> LiveSim<'a> {
     /// for, up to the first one still needed: their records, their (instance,
     /// sequence) and the engines' state for them. Returns how many retired.
     pub fn retire(&mut self, mut keep: impl FnMut(u32) -> bool) -> usize {
-        let Self { sim, retired, retired_counts, .. } = self;
-        let n = sim.records.retire_while(
-            |r| r.ended() && !keep(r.id),
-            |_, r| {
-                retired.add(&r);
-                retired_counts[r.tenant as usize].add(&r);
-            },
-        );
+        let Self { sim, retired, .. } = self;
+        let n = sim.records.retire_while(|r| r.ended() && !keep(r.id), |_, r| retired.add(&r));
         sim.req_seq.retire_to(sim.records.base());
         for inst in &mut sim.insts {
             let base = inst.engine.retire_ended();

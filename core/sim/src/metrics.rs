@@ -232,11 +232,8 @@ impl TimeSeries {
     }
     /// One past the last bucket held (counted from bucket 0).
     pub fn end(&self) -> usize {
-        let lens = [&self.prompt_tokens, &self.output_tokens, &self.completed, &self.violations]
-            .into_iter()
-            .chain(self.gpu_busy_ns.iter())
-            .map(Vec::len);
-        self.first + lens.max().unwrap_or(0)
+        let all = [&self.prompt_tokens, &self.output_tokens, &self.completed, &self.violations];
+        self.first + all.into_iter().chain(&self.gpu_busy_ns).map(Vec::len).max().unwrap_or(0)
     }
     /// Drops the buckets before `bucket`: what is added to them later is not counted.
     pub fn forget_before(&mut self, bucket: usize) {

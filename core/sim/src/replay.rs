@@ -827,10 +827,7 @@ impl Sim<'_> {
         self.series.pad(buckets);
         let summary = match retired {
             None => self.summarize(end),
-            Some(mut totals) => {
-                self.records.iter().filter(|r| r.ended()).for_each(|r| totals.add(r));
-                self.summarize_with(end, totals)
-            }
+            Some(totals) => self.summarize_retired(end, totals),
         };
         let mut ops = std::mem::take(&mut self.rec.ops);
         ops.sort_by_key(|o| (o.start_ns, o.gpu));

@@ -52,6 +52,13 @@ impl Sim<'_> {
         self.summarize_with(end, totals)
     }
 
+    /// A live loop's summary: the `retired` requests' totals and the ended ones still
+    /// held (one still in service is not yet a drop nor a violation).
+    pub(crate) fn summarize_retired(&self, end: u64, mut retired: RunTotals) -> Summary {
+        self.records.iter().filter(|r| r.ended()).for_each(|r| retired.add(r));
+        self.summarize_with(end, retired)
+    }
+
     /// The summary whose request figures are `totals` (a live server passes those of
     /// the requests that ended, retired or not: one still in service is not yet a drop
     /// nor a violation).

@@ -84,6 +84,32 @@ impl Totals {
     }
 }
 
+/// A tenant's requests so far (ended or not).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    pub requests: u64,
+    pub completed: u64,
+    pub dropped: u64,
+    /// Completed past a target (drops are counted apart).
+    pub sla_violations: u64,
+}
+
+impl RequestCounts {
+    /// The counts of ended requests' totals (a request not finished was dropped).
+    pub(crate) fn of_ended(t: &Totals) -> Self {
+        let dropped = t.requests - t.completed;
+        // Every drop is a violation: what is left are finished requests past a target.
+        Self { requests: t.requests, completed: t.completed, dropped, sla_violations: t.violations - dropped }
+    }
+
+    pub(crate) fn add(&mut self, r: &RequestRecord) {
+        self.requests += 1;
+        self.completed += r.finish_ns.is_some() as u64;
+        self.dropped += (r.finish_ns.is_none() && r.dropped.is_some()) as u64;
+        self.sla_violations += (r.finish_ns.is_some() && r.violates()) as u64;
+    }
+}
+
 /// A run's totals: all requests, each tenant's, and the drops by reason.
 #[derive(Debug, Clone)]
 pub(crate) struct RunTotals {
