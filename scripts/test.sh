@@ -9,6 +9,8 @@
 # a Python venv with schemathesis under .data/, Chromium and Node.js for the web tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step says how long it took: CI's log then shows where its time goes.
+step() { echo "== $1 (${SECONDS}s since the start)"; }
 source scripts/lib/toolchain.sh
 source scripts/lib/postgres.sh
 source scripts/lib/wasm.sh
@@ -19,12 +21,17 @@ ensure_postgres
 export DATABASE_URL="${DATABASE_URL:-$PG_BASE_URL/postgres}"
 # One profile for the plugins, the tests and the binary the later steps serve: the
 # workspace builds once.
+step "building the policy plugins"
 build_plugins release
+step "cargo test"
 cargo test --release --workspace --locked --all-targets --no-fail-fast 2>&1
 cargo build --release --locked --bin slicesched
 export SLICESCHED_BIN="$PWD/target/release/slicesched"
+step "schemathesis"
 bash scripts/schemathesis.sh
 if [ -f web/scripts/test.sh ]; then
+    step "web UI tests"
     bash web/scripts/test.sh
 fi
+step "done"
 echo "all tests passed"

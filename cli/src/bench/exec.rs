@@ -37,23 +37,19 @@ pub fn run(a: Args) -> Result<()> {
         "machine (one core): peak {:.1} GFLOP/s (the better of a {} loop, {:.1}, and the best bare matrixmultiply, {:.1}); {:.1} GB/s memory read",
         peak, r.fma_peak_kind, r.fma_peak_gflops, r.bare_best_gflops, r.read_gbs
     );
+    println!("GEMM y[m×n] = x[m×k]·wᵀ, bf16 in/out (GFLOP/s; the backend's kernel is batch-invariant, bare matrixmultiply is not):");
     println!(
-        "GEMM y[m×n] = x[m×k]·wᵀ, bf16 in/out (GFLOP/s; the backend takes the GEMV path up to m = {}):",
-        r.gemm_gemv_max_m
-    );
-    println!(
-        "{:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}",
-        "m", "n", "k", "backend", "gemv", "panels", "bare", "back/bare", "back/peak", "w GB/s", "w/read"
+        "{:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}",
+        "m", "n", "k", "backend", "kernel", "bare", "back/bare", "back/peak", "w GB/s", "w/read"
     );
     for g in &r.gemm {
         println!(
-            "{:>5} {:>6} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.2} {:>10.3} {:>9.1} {:>9.2}",
+            "{:>5} {:>6} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>10.2} {:>10.3} {:>9.1} {:>9.2}",
             g.m,
             g.n,
             g.k,
             g.backend,
-            g.gemv_path,
-            g.panel_path,
+            g.kernel,
             g.bare,
             g.backend / g.bare,
             g.backend / peak,

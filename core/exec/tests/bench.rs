@@ -20,7 +20,7 @@ fn every_figure_of_the_bench_is_measured() {
     assert!(pos(r.fma_peak_gflops) && pos(r.read_gbs) && pos(r.bare_best_gflops));
     assert_eq!(r.gemm.len(), 3);
     for g in &r.gemm {
-        assert!([g.backend, g.gemv_path, g.panel_path, g.bare, g.backend_weight_gbs].into_iter().all(pos), "{g:?}");
+        assert!([g.backend, g.kernel, g.bare, g.backend_weight_gbs].into_iter().all(pos), "{g:?}");
     }
     let o = &r.overhead;
     assert!([o.launch_to_seen_us_p50, o.launch_to_seen_us_p90, o.runner_step_us_p50].iter().all(|v| v.is_finite()));

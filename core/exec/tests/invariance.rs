@@ -159,3 +159,58 @@ fn greedy_tokens_do_not_depend_on_placement_or_neighbours() {
 fn tensor_parallel_tenants_are_invariant_too() {
     check(2, 8);
 }
+
+/// A's greedy generation at home with more of A's own sequences in every batch: one of
+/// `others[i]` prompt tokens each, prefilled beside A's first iteration, then decoding.
+fn generate_in_batch(w: &mut World, prompt: &[i32], steps: usize, others: &[usize]) -> (Vec<i32>, Vec<Vec<f32>>) {
+    let (mut toks, mut logits) = (Vec::new(), Vec::new());
+    let mut seqs = vec![SeqWork { seq: 1, tokens: prompt.to_vec(), start_pos: 0, prefill: true, samples: true }];
+    for (i, &len) in others.iter().enumerate() {
+        seqs.push(SeqWork {
+            seq: 100 + i as u64,
+            tokens: common::prompt(len, 96, 7 + i as u64),
+            start_pos: 0,
+            prefill: true,
+            samples: true,
+        });
+    }
+    for _ in 0..steps {
+        let p = w.r.submit(w.a, &ExecBatch { seqs: seqs.clone() }, &home).unwrap();
+        let out = w.r.wait(p, true).unwrap();
+        let mut all_logits = out.logits.unwrap();
+        let at = out.tokens.iter().position(|t| t.0 == 1).unwrap();
+        toks.push(out.tokens[at].1);
+        logits.push(all_logits.swap_remove(at));
+        for s in &mut seqs {
+            let t = out.tokens.iter().find(|t| t.0 == s.seq).unwrap().1;
+            s.start_pos += s.tokens.len();
+            s.tokens = vec![t];
+            s.prefill = false;
+        }
+    }
+    for s in &seqs {
+        w.r.release(w.a, s.seq);
+    }
+    (toks, logits)
+}
+
+/// Batch invariance: A's tokens and logits are bit-identical whether its sequence runs
+/// alone or in a batch of 1 to 130 rows with its other sequences' prefills and decodes.
+#[test]
+fn greedy_tokens_and_logits_do_not_depend_on_the_batch() {
+    let backend = backend(2);
+    let mut w = world(&backend, 1);
+    let p = prompt(11, 96, 3);
+    let (want_toks, want_logits) = generate_in_batch(&mut w, &p, 4, &[]);
+    let bits = |l: &[Vec<f32>]| l.iter().map(|r| r.iter().map(|v| v.to_bits()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    let w = std::cell::RefCell::new(w);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 12, ..ProptestConfig::default() });
+    runner
+        .run(&proptest::collection::vec(1usize..30, 0..5), |others| {
+            let (toks, logits) = generate_in_batch(&mut w.borrow_mut(), &p, 4, &others);
+            prop_assert_eq!(&toks, &want_toks);
+            prop_assert_eq!(bits(&logits), bits(&want_logits));
+            Ok(())
+        })
+        .unwrap();
+}

@@ -9,7 +9,7 @@
 pub mod peak;
 
 use crate::backend::{Arena, Backend, DeviceId, Dtype, HostData, View};
-use crate::cpu::math::{matmul, GemmPath, Scratch};
+use crate::cpu::math::{matmul, Scratch};
 use crate::kernels::Kernel;
 use crate::model::{ExecModel, HostWeights};
 use crate::runner::{ExecBatch, OpPlace, Runner, SeqWork};
@@ -62,9 +62,8 @@ pub struct GemmRow {
     pub k: usize,
     /// A `Kernel::Gemm` launched on the CPU backend (its kernel time; bf16 in and out).
     pub backend: f64,
-    /// The same math in-thread through each of the backend's two paths.
-    pub gemv_path: f64,
-    pub panel_path: f64,
+    /// The same math in-thread: the backend's batch-invariant kernel alone.
+    pub kernel: f64,
     /// `matrixmultiply::sgemm` used bare on f32 operands already in memory.
     pub bare: f64,
     /// Weight bytes the backend streamed per second (GB/s).
@@ -106,7 +105,6 @@ pub struct ExecBench {
     /// The best bare `matrixmultiply` rate over the shapes (the attainable GEMM peak).
     pub bare_best_gflops: f64,
     pub read_gbs: f64,
-    pub gemm_gemv_max_m: usize,
     pub gemm: Vec<GemmRow>,
     pub overhead: Overhead,
     pub tokens: Vec<Tokens>,
@@ -182,15 +180,12 @@ fn gemm_row(b: &CpuBackend, (m, n, k): (usize, usize, usize), reps: usize) -> Re
         return Err(e);
     }
     let mut sc = Scratch::default();
-    let mut path = |p| {
-        best_ns(reps, || {
-            let t = Timer::start();
-            matmul(&xb, &wb, (m, n, k), p, &mut sc);
-            black_box(&sc.y);
-            t.ns()
-        })
-    };
-    let (gemv, panels) = (path(GemmPath::Gemv), path(GemmPath::Panels));
+    let kernel = best_ns(reps, || {
+        let t = Timer::start();
+        matmul(&xb, &wb, (m, n, k), &mut sc);
+        black_box(&sc.y);
+        t.ns()
+    });
     let mut yf = vec![0f32; m * n];
     let bare = best_ns(reps, || {
         let t = Timer::start();
@@ -223,8 +218,7 @@ fn gemm_row(b: &CpuBackend, (m, n, k): (usize, usize, usize), reps: usize) -> Re
         n,
         k,
         backend: rate(backend),
-        gemv_path: rate(gemv),
-        panel_path: rate(panels),
+        kernel: rate(kernel),
         bare: rate(bare),
         backend_weight_gbs: (2 * n * k) as f64 / backend as f64,
     })
@@ -374,7 +368,6 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(usize, usize, &str)) ->
         fma_peak_kind: kind,
         bare_best_gflops: bare_best,
         read_gbs: read,
-        gemm_gemv_max_m: crate::cpu::gemv_max_m(),
         gemm,
         overhead,
         tokens: toks,

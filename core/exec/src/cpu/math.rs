@@ -1,4 +1,4 @@
-//! The CPU kernels: f32 math on bf16 storage, GEMMs through `matrixmultiply`.
+//! The CPU kernels: f32 math on bf16 storage, GEMMs in one summation order (`gemm.rs`).
 
 // Kernels index several tensors by the same token or row: plain index loops read best.
 #![allow(clippy::needless_range_loop)]
@@ -7,10 +7,6 @@ use super::Data;
 use crate::backend::{BufId, View};
 use crate::kernels::{Heads, Kernel, BLOCK_TOKENS};
 use half::bf16;
-
-/// Rows of a weight matrix widened to f32 at a time: the f32 panel stays in cache and
-/// the bf16 weights are never stored widened.
-const PANEL_ROWS: usize = 128;
 
 /// The buffers a kernel reads, locked for the launch.
 pub(crate) struct Ins<'a> {
@@ -215,16 +211,6 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
     Ok(())
 }
 
-/// Which code a GEMM runs (the benchmark times each; kernels take `Auto`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GemmPath {
-    Auto,
-    /// Straight from bf16 weights, row by row (small M).
-    Gemv,
-    /// bf16 panels widened to f32 and multiplied by `matrixmultiply`.
-    Panels,
-}
-
 fn gemm(
     x: &[bf16],
     w: &[bf16],
@@ -239,7 +225,7 @@ fn gemm(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    matmul(x, w, (m, n, k), GemmPath::Auto, s);
+    matmul(x, w, (m, n, k), s);
     match out {
         Data::Bf16(d) => {
             let dst = d.get_mut(y.offset..y.offset + m * n).ok_or("gemm output outside its buffer")?;
@@ -255,44 +241,13 @@ fn gemm(
     Ok(())
 }
 
-/// `s.y[m×n] = x · wᵀ` in f32. The caller checked `x` holds m·k and `w` n·k elements.
-pub(crate) fn matmul(x: &[bf16], w: &[bf16], (m, n, k): (usize, usize, usize), path: GemmPath, s: &mut Scratch) {
+/// `s.y[m×n] = x · wᵀ` in f32, batch-invariant (`gemm.rs`). The caller checked `x` holds
+/// m·k and `w` n·k elements.
+pub(crate) fn matmul(x: &[bf16], w: &[bf16], (m, n, k): (usize, usize, usize), s: &mut Scratch) {
     widen(&x[..m * k], &mut s.x);
     s.y.clear();
     s.y.resize(m * n, 0.0);
-    let gemv = match path {
-        GemmPath::Auto => m <= super::gemv::GEMV_MAX_M,
-        p => p == GemmPath::Gemv,
-    };
-    if gemv {
-        super::gemv::gemv(&s.x, w, &mut s.y, m, n, k);
-        return;
-    }
-    for n0 in (0..n).step_by(PANEL_ROWS) {
-        let nb = PANEL_ROWS.min(n - n0);
-        widen(&w[n0 * k..(n0 + nb) * k], &mut s.w);
-        // SAFETY: x is m×k row-major, the panel is nb rows of k (read as a k×nb matrix
-        // with row stride 1 and column stride k), and y's columns n0..n0+nb of an m×n
-        // row-major matrix; all three are in bounds (checked by the caller, sized above).
-        unsafe {
-            matrixmultiply::sgemm(
-                m,
-                k,
-                nb,
-                1.0,
-                s.x.as_ptr(),
-                k as isize,
-                1,
-                s.w.as_ptr(),
-                1,
-                k as isize,
-                0.0,
-                s.y.as_mut_ptr().add(n0),
-                n as isize,
-                1,
-            );
-        }
-    }
+    super::gemm::gemm(&s.x, w, &mut s.y, m, n, k);
 }
 
 fn rope(qkv: &mut [bf16], pos: &[i32], tab: &[f32], tokens: usize, h: Heads, max_pos: usize) -> Result<(), String> {

@@ -4,7 +4,7 @@
 //! stream first (priority acts between kernels, never preempting one — as on a GPU,
 //! where it acts at block boundaries).
 
-mod gemv;
+mod gemm;
 pub(crate) mod math;
 mod stream;
 
@@ -326,9 +326,4 @@ pub fn parse_device(s: &str) -> Result<u32, ExecError> {
         }
         _ => Err(ExecError::UnknownDevice(format!("{s} (known: cpu, cpu:N)"))),
     }
-}
-
-/// Up to how many rows a GEMM runs as GEMVs straight from bf16 weights.
-pub fn gemv_max_m() -> usize {
-    gemv::GEMV_MAX_M
 }
