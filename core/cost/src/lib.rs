@@ -264,8 +264,14 @@ impl CostModel {
             return roofline(op, peak, bw);
         };
         match class {
-            OpClass::Gemm => self.gemm_class.secs(op.flops as f64, op.bytes as f64, peak, bw),
-            _ => (r.local_secs(op) / carry::streaming_speedup(&r.sku, &dev.sku)).max(op.bytes as f64 / bw),
+            OpClass::Gemm => self.gemm_class.secs(op.flops as f64, op.bytes as f64, peak, bw, dev.sku.clock_ghz),
+            _ => {
+                let rows = match op.shape {
+                    OpShape::Elementwise { tokens, .. } => tokens as f64,
+                    _ => f64::INFINITY,
+                };
+                (r.local_secs(op) / carry::streaming_speedup_rows(&r.sku, &dev.sku, rows)).max(op.bytes as f64 / bw)
+            }
         }
     }
 
