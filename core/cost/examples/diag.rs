@@ -15,17 +15,41 @@ fn main() {
     let dev_ax = DeviceCtx::single_node(a_x);
     let dev_a = DeviceCtx::single_node(slicesched_hw::sku("A100").unwrap());
     for (mi, mp) in h.models.iter().enumerate() {
-        for kind in [OpKind::DownProj, OpKind::OProj, OpKind::QkvProj, OpKind::InputNorm, OpKind::Activation, OpKind::ResidualAdd] {
+        for kind in [
+            OpKind::DownProj,
+            OpKind::OProj,
+            OpKind::QkvProj,
+            OpKind::InputNorm,
+            OpKind::Activation,
+            OpKind::ResidualAdd,
+        ] {
             let oi = MLP_OPS.iter().position(|n| kind.profile_name() == Some(n)).unwrap();
             for tp in [1u32, 8] {
                 let mut line = format!("{} {kind:?} tp{tp}:", mp.name);
                 for t in [1u32, 16, 64, 128, 256, 512, 1024, 2048, 4096] {
-                    let b = IterationBatch { prefills: vec![PrefillItem { chunk: t, prior_kv: 0, samples: false }], decodes: vec![] };
+                    let b = IterationBatch {
+                        prefills: vec![PrefillItem { chunk: t, prior_kv: 0, samples: false }],
+                        decodes: vec![],
+                    };
                     let d = mp.config.iteration_dag(&b, tp);
                     let o = d.head.iter().chain(&d.layer).find(|o| o.kind == kind).unwrap();
-                    let meas = |set: &ProfileSet| set.models.iter().find(|x| x.name == mp.name).and_then(|x| x.mlp.iter().find(|r| r.tp == tp && r.tokens == t)).and_then(|r| r.secs[oi]).unwrap_or(0.0) * 1e6;
+                    let meas = |set: &ProfileSet| {
+                        set.models
+                            .iter()
+                            .find(|x| x.name == mp.name)
+                            .and_then(|x| x.mlp.iter().find(|r| r.tp == tp && r.tokens == t))
+                            .and_then(|r| r.secs[oi])
+                            .unwrap_or(0.0)
+                            * 1e6
+                    };
                     let _ = mi;
-                    line += &format!(" {t}:{:.0}/{:.0}|{:.0}/{:.0}", meas(&a), m.kernel_secs(&dev_ax, o) * 1e6, meas(&h), m.kernel_secs(&dev, o) * 1e6);
+                    line += &format!(
+                        " {t}:{:.0}/{:.0}|{:.0}/{:.0}",
+                        meas(&a),
+                        m.kernel_secs(&dev_ax, o) * 1e6,
+                        meas(&h),
+                        m.kernel_secs(&dev, o) * 1e6
+                    );
                 }
                 println!("{line}");
             }
@@ -42,8 +66,13 @@ fn main() {
                 for mp in &h.models {
                     for r in mp.mlp.iter().filter(|r| r.tp == tp && r.tokens >= lo && r.tokens <= hi) {
                         let Some(s) = r.secs[oi] else { continue };
-                        if s < 10e-6 || mp.config.check_tp(tp).is_err() { continue; }
-                        let b = IterationBatch { prefills: vec![PrefillItem { chunk: r.tokens, prior_kv: 0, samples: false }], decodes: vec![] };
+                        if s < 10e-6 || mp.config.check_tp(tp).is_err() {
+                            continue;
+                        }
+                        let b = IterationBatch {
+                            prefills: vec![PrefillItem { chunk: r.tokens, prior_kv: 0, samples: false }],
+                            decodes: vec![],
+                        };
                         let d = mp.config.iteration_dag(&b, tp);
                         let Some(o) = d.head.iter().chain(&d.layer).find(|o| o.kind == kind) else { continue };
                         v.push(m.kernel_secs(&dev, o) / s - 1.0);

@@ -5,14 +5,15 @@
 //! steps fall elsewhere, so they are not carried. What carries is the class model:
 //!
 //! - GEMMs: `t = t0 + ((Tm/em)^p + (Tc/ec)^p)^(1/p)` with `Tm = bytes/bw`,
-//!   `Tc = flops/peak` of the target: a launch floor, the bandwidth and the peak
-//!   fractions it reaches, and how sharply the two regimes join around the target's
+//!   `Tc = flops/peak` of the target: a launch floor (a number of cycles, so scaled by
+//!   the target's clock), the bandwidth and the peak fractions it reaches, and how sharply the two regimes join around the target's
 //!   own ridge point. Fitted on every profiled GPU at once (each point against its own
 //!   datasheet).
 //! - Norms, pointwise ops and gathers: on the A100 they reach 30–90% of HBM bandwidth
 //!   with fixed floors, i.e. they are bound by the SM array's issue rate and latency,
-//!   not by HBM. Their profiled time is carried by the ratio of SMs × clock, never
-//!   faster than the target's HBM allows.
+//!   not by HBM. Their profiled time is carried by the ratio of SMs × clock (by the
+//!   clock alone for kernels with fewer per-token blocks than SMs), never faster than
+//!   the target's HBM allows.
 //! - Attention: the profiled efficiency grids applied to the target's roofline.
 
 use slicesched_hw::GpuSku;
@@ -83,7 +84,8 @@ impl GemmClass {
         // A stride keeps the search well under a second on the full profiles.
         let stride = (pts.len() / 1500).max(1);
         let clocked: Vec<f64> = pts.iter().map(|p| p.clock).filter(|&c| c > 0.0).collect();
-        let ref_clock = if clocked.len() == pts.len() { clocked.iter().sum::<f64>() / clocked.len() as f64 } else { 0.0 };
+        let ref_clock =
+            if clocked.len() == pts.len() { clocked.iter().sum::<f64>() / clocked.len() as f64 } else { 0.0 };
         // (bytes/bw, flops/peak, ln secs, floor scale) per point: the search evaluates
         // each point thousands of times.
         let sample: Vec<(f64, f64, f64, f64)> = pts
