@@ -310,7 +310,8 @@ fn fit_cpu(red: &[Reduced], gpu: &[f64]) -> [f64; 4] {
         let mut neg = None;
         for (i, &ii) in idx.iter().enumerate() {
             let v = sol.as_ref().map_or(0.0, |s| s[i]);
-            if !(v >= 0.0) && neg.is_none() {
+            // NaN (a singular system) counts as negative.
+            if (v.is_nan() || v < 0.0) && neg.is_none() {
                 neg = Some(ii);
             }
             out[ii] = v.max(0.0);
@@ -332,11 +333,12 @@ fn solve(mut a: Vec<Vec<f64>>) -> Option<Vec<f64>> {
             return None;
         }
         a.swap(c, p);
-        for r in 0..n {
+        let pivot = a[c].clone();
+        for (r, row) in a.iter_mut().enumerate() {
             if r != c {
-                let f = a[r][c] / a[c][c];
-                for k in c..=n {
-                    a[r][k] -= f * a[c][k];
+                let f = row[c] / pivot[c];
+                for (x, p) in row[c..].iter_mut().zip(&pivot[c..]) {
+                    *x -= f * p;
                 }
             }
         }
