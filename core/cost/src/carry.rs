@@ -5,14 +5,15 @@
 //! steps fall elsewhere, so they are not carried. What carries is the class model:
 //!
 //! - GEMMs: `t = t0 + ((Tm/em)^p + (Tc/ec)^p)^(1/p)` with `Tm = bytes/bw`,
-//!   `Tc = flops/peak` of the target: a launch floor, the bandwidth and the peak
-//!   fractions it reaches, and how sharply the two regimes join around the target's
+//!   `Tc = flops/peak` of the target: a launch floor (a number of cycles, so scaled by
+//!   the target's clock), the bandwidth and the peak fractions it reaches, and how sharply the two regimes join around the target's
 //!   own ridge point. Fitted on every profiled GPU at once (each point against its own
 //!   datasheet).
 //! - Norms, pointwise ops and gathers: on the A100 they reach 30–90% of HBM bandwidth
 //!   with fixed floors, i.e. they are bound by the SM array's issue rate and latency,
-//!   not by HBM. Their profiled time is carried by the ratio of SMs × clock, never
-//!   faster than the target's HBM allows.
+//!   not by HBM. Their profiled time is carried by the ratio of SMs × clock (by the
+//!   clock alone for kernels with fewer per-token blocks than SMs), never faster than
+//!   the target's HBM allows.
 //! - Attention: the profiled efficiency grids applied to the target's roofline.
 
 use slicesched_hw::GpuSku;
@@ -20,7 +21,10 @@ use slicesched_hw::GpuSku;
 /// The GEMM class model (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct GemmClass {
+    /// The floor in seconds at `ref_clock`.
     pub t0: f64,
+    /// Clock (GHz) of the GPUs `t0` was fitted on; 0 where none was known.
+    pub ref_clock: f64,
     pub em: f64,
     pub ec: f64,
     pub p: f64,
@@ -29,7 +33,7 @@ pub(crate) struct GemmClass {
 impl Default for GemmClass {
     /// Without profiles: typical cuBLAS figures (80% of HBM, 70% of peak, 5 µs floor).
     fn default() -> Self {
-        Self { t0: 5e-6, em: 0.8, ec: 0.7, p: 2.0 }
+        Self { t0: 5e-6, ref_clock: 0.0, em: 0.8, ec: 0.7, p: 2.0 }
     }
 }
 
@@ -40,21 +44,34 @@ pub(crate) struct GemmPoint {
     pub bytes: f64,
     pub peak: f64,
     pub bw: f64,
+    /// The GPU's clock, GHz (0 where unknown).
+    pub clock: f64,
     pub secs: f64,
 }
 
 impl GemmClass {
+    /// The floor on a GPU clocked at `clock` GHz: a kernel's fixed cost (launch, tile
+    /// prologue and epilogue, the last wave's drain) is a number of cycles.
+    pub fn floor(&self, clock: f64) -> f64 {
+        if self.ref_clock > 0.0 && clock > 0.0 {
+            self.t0 * self.ref_clock / clock
+        } else {
+            self.t0
+        }
+    }
+
     /// O(1), no allocation.
-    pub fn secs(&self, flops: f64, bytes: f64, peak: f64, bw: f64) -> f64 {
+    pub fn secs(&self, flops: f64, bytes: f64, peak: f64, bw: f64, clock: f64) -> f64 {
         let tm = bytes / (self.em * bw);
         let tc = flops / (self.ec * peak);
+        let t0 = self.floor(clock);
         // Scale before the power so tiny terms do not underflow.
         let hi = tm.max(tc);
         if hi <= 0.0 {
-            return self.t0;
+            return t0;
         }
         let s = ((tm / hi).powf(self.p) + (tc / hi).powf(self.p)).powf(1.0 / self.p);
-        self.t0 + hi * s
+        t0 + hi * s
     }
 
     /// Grid search minimising the mean |ln(pred/meas)|: four parameters with physical
@@ -66,18 +83,27 @@ impl GemmClass {
         }
         // A stride keeps the search well under a second on the full profiles.
         let stride = (pts.len() / 1500).max(1);
-        // (bytes/bw, flops/peak, ln secs) per point: the search evaluates each point
-        // thousands of times.
-        let sample: Vec<(f64, f64, f64)> =
-            pts.iter().step_by(stride).map(|p| (p.bytes / p.bw, p.flops / p.peak, p.secs.ln())).collect();
+        let clocked: Vec<f64> = pts.iter().map(|p| p.clock).filter(|&c| c > 0.0).collect();
+        let ref_clock =
+            if clocked.len() == pts.len() { clocked.iter().sum::<f64>() / clocked.len() as f64 } else { 0.0 };
+        // (bytes/bw, flops/peak, ln secs, floor scale) per point: the search evaluates
+        // each point thousands of times.
+        let sample: Vec<(f64, f64, f64, f64)> = pts
+            .iter()
+            .step_by(stride)
+            .map(|p| {
+                let scale = if ref_clock > 0.0 { ref_clock / p.clock } else { 1.0 };
+                (p.bytes / p.bw, p.flops / p.peak, p.secs.ln(), scale)
+            })
+            .collect();
         let loss = |c: &GemmClass| -> f64 {
             let (inv_p, ie, ic) = (1.0 / c.p, 1.0 / c.em, 1.0 / c.ec);
             sample
                 .iter()
-                .map(|&(m, f, ls)| {
+                .map(|&(m, f, ls, scale)| {
                     let (tm, tc) = (m * ie, f * ic);
                     let hi = tm.max(tc);
-                    let t = c.t0 + hi * ((tm / hi).powf(c.p) + (tc / hi).powf(c.p)).powf(inv_p);
+                    let t = c.t0 * scale + hi * ((tm / hi).powf(c.p) + (tc / hi).powf(c.p)).powf(inv_p);
                     (t.ln() - ls).abs()
                 })
                 .sum::<f64>()
@@ -87,7 +113,7 @@ impl GemmClass {
             for p in [1.0, 1.5, 2.0, 3.0, 5.0] {
                 for em in (0..=8).map(|i| 0.55 + 0.05 * i as f64) {
                     for ec in (0..=8).map(|i| 0.55 + 0.05 * i as f64) {
-                        let c = GemmClass { t0, em, ec, p };
+                        let c = GemmClass { t0, ref_clock, em, ec, p };
                         let l = loss(&c);
                         if l < best.0 {
                             best = (l, c);
@@ -123,19 +149,37 @@ pub(crate) fn streaming_speedup(from: &GpuSku, to: &GpuSku) -> f64 {
     }
 }
 
+/// [`streaming_speedup`] for a kernel of `rows` thread blocks (one per token, as the
+/// serving engines' norm, activation and rotary kernels launch them): fewer blocks than
+/// SMs leave the wider GPU's extra SMs idle, so only the clock speeds them up.
+pub(crate) fn streaming_speedup_rows(from: &GpuSku, to: &GpuSku, rows: f64) -> f64 {
+    if from.sm_count == 0 || to.sm_count == 0 || from.clock_ghz <= 0.0 || to.clock_ghz <= 0.0 {
+        return streaming_speedup(from, to);
+    }
+    let waves = |s: &GpuSku| (rows / s.sm_count as f64).max(1.0);
+    to.clock_ghz / from.clock_ghz * waves(from) / waves(to)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn class_model_recovers_its_own_parameters() {
-        let truth = GemmClass { t0: 4e-6, em: 0.8, ec: 0.7, p: 2.0 };
+        let truth = GemmClass { t0: 4e-6, ref_clock: 1.41, em: 0.8, ec: 0.7, p: 2.0 };
         let pts: Vec<GemmPoint> = (0..200)
             .map(|i| {
                 let m = (1u64 << (i % 13)) as f64;
                 let (n, k) = (4096.0 * (1 + i % 3) as f64, 4096.0);
                 let (flops, bytes) = (2.0 * m * n * k, 2.0 * (m * k + k * n + m * n));
-                GemmPoint { flops, bytes, peak: 312e12, bw: 2.039e12, secs: truth.secs(flops, bytes, 312e12, 2.039e12) }
+                GemmPoint {
+                    flops,
+                    bytes,
+                    peak: 312e12,
+                    bw: 2.039e12,
+                    clock: 1.41,
+                    secs: truth.secs(flops, bytes, 312e12, 2.039e12, 1.41),
+                }
             })
             .collect();
         let c = GemmClass::fit(&pts);
@@ -143,10 +187,22 @@ mod tests {
     }
 
     #[test]
+    fn few_rows_speed_up_by_the_clock_only() {
+        let (a, h) = (slicesched_hw::sku("A100").unwrap(), slicesched_hw::sku("H100").unwrap());
+        let clock = h.clock_ghz / a.clock_ghz;
+        assert!((streaming_speedup_rows(&a, &h, 16.0) - clock).abs() < 1e-12);
+        let full = streaming_speedup_rows(&a, &h, 1e6);
+        assert!((full - streaming_speedup(&a, &h)).abs() < 1e-9 && full > clock);
+    }
+
+    #[test]
     fn regimes_join_at_the_ridge() {
-        let c = GemmClass { t0: 0.0, em: 1.0, ec: 1.0, p: 1e3 };
-        assert!((c.secs(312e12, 1.0, 312e12, 1e12) - 1.0).abs() < 1e-9);
-        assert!((c.secs(1.0, 2e12, 312e12, 1e12) - 2.0).abs() < 1e-9);
-        assert_eq!(GemmClass::default().secs(0.0, 0.0, 1.0, 1.0), 5e-6);
+        let c = GemmClass { t0: 0.0, ref_clock: 0.0, em: 1.0, ec: 1.0, p: 1e3 };
+        assert!((c.secs(312e12, 1.0, 312e12, 1e12, 1.0) - 1.0).abs() < 1e-9);
+        assert!((c.secs(1.0, 2e12, 312e12, 1e12, 1.0) - 2.0).abs() < 1e-9);
+        assert_eq!(GemmClass::default().secs(0.0, 0.0, 1.0, 1.0, 2.0), 5e-6);
+        // The floor is cycles: twice the clock, half the floor.
+        let c = GemmClass { t0: 6e-6, ref_clock: 1.5, ..c };
+        assert!((c.secs(0.0, 0.0, 1.0, 1.0, 3.0) - 3e-6).abs() < 1e-15);
     }
 }

@@ -3,6 +3,7 @@
 //! costs ([`EngineFit`]) on them.
 
 use crate::curve::quantile;
+use crate::engine::Pipeline;
 use crate::validate::Overall;
 use crate::{CostError, CostModel, CpuOverhead, DeviceCtx, EngineFit};
 use serde::{Deserialize, Serialize};
@@ -156,42 +157,82 @@ fn iterations(r: &E2eRow) -> Result<(ModelConfig, IterationBatch, IterationBatch
     Ok((cfg, pre, dec, DeviceCtx::single_node(sku)))
 }
 
-/// An iteration reduced to what the engine terms depend on: kernel seconds of each op
-/// (weighted by how often it occurs) and the prefill chunks of the attention ops.
+/// An iteration reduced to what the engine terms depend on: the kernel seconds and
+/// prefill chunks of each op, in launch order (the layer template once).
 struct Reduced {
-    ops: Vec<(f64, f64, f64)>,
+    head: Vec<(f64, f64)>,
+    layer: Vec<(f64, f64)>,
+    layers: u32,
+    tail: Vec<(f64, f64)>,
     requests: f64,
+    /// 1 for an iteration that starts prompts, else 0.
+    prefill: f64,
+    /// Prompts the iteration starts.
+    prompts: f64,
     measured: f64,
 }
 
 impl Reduced {
     fn new(kernels: &CostModel, cfg: &ModelConfig, b: &IterationBatch, tp: u32, dev: &DeviceCtx, meas: f64) -> Self {
         let dag = cfg.iteration_dag(b, tp);
-        let layers = dag.layers as f64;
-        let mut ops = Vec::new();
-        for (list, w) in [(&dag.head, 1.0), (&dag.layer, layers), (&dag.tail, 1.0)] {
-            for o in list {
-                let chunks = match &o.shape {
-                    OpShape::Attention(a) => a.prefill.iter().filter(|p| p.0 > 0).count() as f64,
-                    _ => 0.0,
-                };
-                let k = kernels.kernel_secs(dev, o);
-                if k > 0.0 {
-                    ops.push((k, w, chunks));
-                }
-            }
+        let reduce = |list: &[slicesched_model::OpSpec]| -> Vec<(f64, f64)> {
+            list.iter()
+                .filter_map(|o| {
+                    let chunks = match &o.shape {
+                        OpShape::Attention(a) => a.prefill.iter().filter(|p| p.0 > 0).count() as f64,
+                        _ => 0.0,
+                    };
+                    let k = kernels.kernel_secs(dev, o);
+                    (k > 0.0).then_some((k, chunks))
+                })
+                .collect()
+        };
+        Self {
+            head: reduce(&dag.head),
+            layer: reduce(&dag.layer),
+            layers: dag.layers,
+            tail: reduce(&dag.tail),
+            requests: (b.prefills.len() + b.decodes.len()) as f64,
+            prefill: if b.prefills.is_empty() { 0.0 } else { 1.0 },
+            prompts: b.prefills.len() as f64,
+            measured: meas,
         }
-        Self { ops, requests: (b.prefills.len() + b.decodes.len()) as f64, measured: meas }
     }
 
-    /// GPU seconds under launch floor `l` and per-prompt cost `p`.
+    /// GPU seconds under launch interval `l` and per-prompt cost `p`.
     fn gpu(&self, l: f64, p: f64) -> f64 {
-        self.ops.iter().map(|&(k, w, c)| w * (k.max(l) + p * c)).sum()
+        let mut pipe = Pipeline::default();
+        let run = |pipe: &mut Pipeline, ops: &[(f64, f64)]| {
+            for &(k, c) in ops {
+                pipe.push(l, k + p * c);
+            }
+        };
+        run(&mut pipe, &self.head);
+        // Once the GPU's lag behind the CPU repeats from one layer to the next, every
+        // further layer adds the same time: skip them.
+        let mut lag = f64::NAN;
+        let mut i = 0;
+        while i < self.layers {
+            let g0 = pipe.gpu;
+            run(&mut pipe, &self.layer);
+            i += 1;
+            let now = pipe.gpu - pipe.cpu;
+            if (now - lag).abs() <= 1e-12 * pipe.gpu.abs().max(1e-9) {
+                // The lag repeats, so the CPU advanced as much as the GPU.
+                let step = (self.layers - i) as f64 * (pipe.gpu - g0);
+                pipe.gpu += step;
+                pipe.cpu += step;
+                break;
+            }
+            lag = now;
+        }
+        run(&mut pipe, &self.tail);
+        pipe.gpu
     }
 }
 
 impl EngineFit {
-    /// Fits the launch floor and per-prompt cost by grid search and, for each, the CPU
+    /// Fits the launch interval and per-prompt GPU work by grid search and, for each, the CPU
     /// time per iteration and per request by relative least squares.
     pub fn fit(kernels: &CostModel, rows: &[E2eRow]) -> Result<EngineFit, CostError> {
         let mut red = Vec::new();
@@ -213,11 +254,24 @@ impl EngineFit {
                 let loss: f64 = red
                     .iter()
                     .zip(&gpu)
-                    .map(|(r, g)| ((g + cpu.0 + cpu.1 * r.requests) / r.measured - 1.0).powi(2))
+                    .map(|(r, g)| {
+                        ((g + cpu[0] + cpu[1] * r.requests + cpu[2] * r.prefill + cpu[3] * r.prompts) / r.measured
+                            - 1.0)
+                            .abs()
+                    })
                     .sum();
                 if loss < best.0 {
-                    let cpu = CpuOverhead { base_ns: cpu.0 * 1e9, per_seq_ns: cpu.1 * 1e9 };
-                    best = (loss, EngineFit { launch_secs: l, prefill_seq_secs: p, cpu });
+                    let c = CpuOverhead { base_ns: cpu[0] * 1e9, per_seq_ns: cpu[1] * 1e9 };
+                    best = (
+                        loss,
+                        EngineFit {
+                            launch_secs: l,
+                            prefill_seq_secs: p,
+                            prefill_cpu_secs: cpu[2],
+                            prompt_cpu_secs: cpu[3],
+                            cpu: c,
+                        },
+                    );
                 }
             }
         }
@@ -230,29 +284,66 @@ impl EngineFit {
     }
 }
 
-/// CPU base and per-request seconds minimising relative squared error, given the GPU
-/// part of each iteration (both clamped non-negative).
-fn fit_cpu(red: &[Reduced], gpu: &[f64]) -> (f64, f64) {
-    let pts: Vec<(f64, f64, f64)> =
-        red.iter().zip(gpu).map(|(r, g)| (r.requests, r.measured - g, r.measured)).collect();
-    // Weighted least squares of (measured − gpu) on (1, requests), weights 1/measured².
-    let mut l = crate::curve::LineSums::default();
-    for &(x, y, m) in &pts {
-        l.add(x, y, 1.0 / (m * m));
+/// CPU seconds per iteration, per request, per prefill iteration and per prompt minimising the
+/// relative squared error, given the GPU part of each iteration; a term that comes out
+/// negative is dropped and the others refitted.
+fn fit_cpu(red: &[Reduced], gpu: &[f64]) -> [f64; 4] {
+    let mut on = [true; 4];
+    loop {
+        let x = |r: &Reduced| [1.0, r.requests, r.prefill, r.prompts];
+        // Normal equations of the weighted least squares (weights 1/measured²) over
+        // the terms still on.
+        let idx: Vec<usize> = (0..4).filter(|&i| on[i]).collect();
+        let n = idx.len();
+        let mut a = vec![vec![0.0; n + 1]; n];
+        for (r, g) in red.iter().zip(gpu) {
+            let (xs, y, w) = (x(r), r.measured - g, 1.0 / (r.measured * r.measured));
+            for (i, &ii) in idx.iter().enumerate() {
+                for (j, &jj) in idx.iter().enumerate() {
+                    a[i][j] += w * xs[ii] * xs[jj];
+                }
+                a[i][n] += w * xs[ii] * y;
+            }
+        }
+        let sol = solve(a);
+        let mut out = [0.0; 4];
+        let mut neg = None;
+        for (i, &ii) in idx.iter().enumerate() {
+            let v = sol.as_ref().map_or(0.0, |s| s[i]);
+            // NaN (a singular system) counts as negative.
+            if (v.is_nan() || v < 0.0) && neg.is_none() {
+                neg = Some(ii);
+            }
+            out[ii] = v.max(0.0);
+        }
+        match neg {
+            Some(i) if n > 1 => on[i] = false,
+            _ => return out,
+        }
     }
-    let crate::curve::LineSums { sw, sx, sy, sxx, sxy } = l;
-    let det = sw * sxx - sx * sx;
-    let (a, b) = if det.abs() > f64::MIN_POSITIVE {
-        ((sy * sxx - sx * sxy) / det, (sw * sxy - sx * sy) / det)
-    } else {
-        (sy / sw, 0.0)
-    };
-    match (a >= 0.0, b >= 0.0) {
-        (true, true) => (a, b),
-        // Clamp one and refit the other.
-        (_, false) => ((sy / sw).max(0.0), 0.0),
-        (false, true) => (0.0, (sxy / sxx).max(0.0)),
+}
+
+/// Gaussian elimination with partial pivoting on an augmented matrix; None when
+/// singular.
+fn solve(mut a: Vec<Vec<f64>>) -> Option<Vec<f64>> {
+    let n = a.len();
+    for c in 0..n {
+        let p = (c..n).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))?;
+        if a[p][c].abs() < 1e-300 {
+            return None;
+        }
+        a.swap(c, p);
+        let pivot = a[c].clone();
+        for (r, row) in a.iter_mut().enumerate() {
+            if r != c {
+                let f = row[c] / pivot[c];
+                for (x, p) in row[c..].iter_mut().zip(&pivot[c..]) {
+                    *x -= f * p;
+                }
+            }
+        }
     }
+    Some((0..n).map(|i| a[i][n] / a[i][i]).collect())
 }
 
 /// Predicts every usable row with `model` (kernels + its engine costs) and reports
@@ -286,10 +377,12 @@ impl E2eReport {
     pub fn table(&self) -> String {
         let pct = |v: f64| format!("{:.1}%", v * 100.0);
         let mut s = format!(
-            "engine: launch floor {:.1} µs/kernel, prefill {:.1} µs/prompt/layer, CPU {:.2} ms/iteration + {:.3} \
-             ms/request\n",
+            "engine: launch {:.1} µs/kernel, prefill {:.1} µs/prompt/layer, CPU {:.2} ms/prefill iteration + {:.2} \
+             ms/prompt, {:.2} ms/iteration + {:.3} ms/request\n",
             self.engine.launch_secs * 1e6,
             self.engine.prefill_seq_secs * 1e6,
+            self.engine.prefill_cpu_secs * 1e3,
+            self.engine.prompt_cpu_secs * 1e3,
             self.engine.cpu.base_ns / 1e6,
             self.engine.cpu.per_seq_ns / 1e6
         );

@@ -84,6 +84,7 @@ impl CostModel {
                     bytes: p.spec.bytes as f64,
                     peak: sku.peak_flops,
                     bw: sku.hbm_bw,
+                    clock: sku.clock_ghz,
                     secs: p.secs,
                 },
             ));

@@ -163,11 +163,12 @@ impl CostModel {
     }
 
     /// [`CostModel::default_a100`] plus the serving-engine costs fitted on the
-    /// end-to-end measurements in `data/e2e` (an engine launching kernels one by one:
-    /// a launch floor per kernel and per-prompt prefill work). `cost validate-e2e` and
-    /// `cost predict` show it beside the default; replaying with it would double a
-    /// 7–13B model's decode step (azure-code-4t under `dedicated` at 0.42: 8.38% ->
-    /// 15.98% violations), so the shipped figures stay on the kernel-only model.
+    /// end-to-end measurements in `data/e2e` (an engine whose CPU launches kernels one
+    /// by one, running ahead of the GPU, and spends CPU time per prompt and request).
+    /// `cost validate-e2e` and `cost predict` show it beside the default. Its launch
+    /// waits are an iteration's cost (`iteration_cost`), not an op's, so `op_ns` under
+    /// it is kernels plus per-prompt work; `replay` stays on the kernel-only model (the
+    /// shipped figures are on it, and a CUDA-graph engine has no launch waits).
     pub fn e2e_a100() -> &'static CostModel {
         static M: std::sync::OnceLock<CostModel> = std::sync::OnceLock::new();
         M.get_or_init(|| {
@@ -264,8 +265,14 @@ impl CostModel {
             return roofline(op, peak, bw);
         };
         match class {
-            OpClass::Gemm => self.gemm_class.secs(op.flops as f64, op.bytes as f64, peak, bw),
-            _ => (r.local_secs(op) / carry::streaming_speedup(&r.sku, &dev.sku)).max(op.bytes as f64 / bw),
+            OpClass::Gemm => self.gemm_class.secs(op.flops as f64, op.bytes as f64, peak, bw, dev.sku.clock_ghz),
+            _ => {
+                let rows = match op.shape {
+                    OpShape::Elementwise { tokens, .. } => tokens as f64,
+                    _ => f64::INFINITY,
+                };
+                (r.local_secs(op) / carry::streaming_speedup_rows(&r.sku, &dev.sku, rows)).max(op.bytes as f64 / bw)
+            }
         }
     }
 
