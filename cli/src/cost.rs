@@ -138,7 +138,11 @@ fn predict(
     println!("  GPU kernels (GEMMs, attention, norms, ...)  {:>10.3} ms", ms(c.kernels_ns));
     println!("  collectives at TP {tp} (NCCL latency + bytes)  {:>10.3} ms", ms(c.collectives_ns));
     let e = cost.engine();
-    println!("  launch waits ({:.0} µs floor per kernel)      {:>10.3} ms", e.launch_secs * 1e6, ms(c.launch_ns));
+    println!(
+        "  launch waits (one launch per {:.0} µs, ahead of the GPU) {:>4.3} ms",
+        e.launch_secs * 1e6,
+        ms(c.launch_ns)
+    );
     println!(
         "  prefill per-prompt work ({:.0} µs/layer)      {:>10.3} ms",
         e.prefill_seq_secs * 1e6,
@@ -146,6 +150,7 @@ fn predict(
     );
     println!("  CPU per iteration                          {:>10.3} ms", ms(c.cpu_iteration_ns));
     println!("  CPU per request (x{requests})                   {:>10.3} ms", ms(c.cpu_requests_ns));
+    println!("  CPU starting prompts (per prefill, per prompt) {:>7.3} ms", ms(c.cpu_prefill_ns));
     println!("  total with the e2e-fitted engine costs     {:>10.3} ms", ms(c.total_ns()));
     let r = replayed.iteration_cost(&ctx, &dag, requests, &cpu);
     println!(

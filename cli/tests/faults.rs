@@ -263,7 +263,7 @@ fn runs_survive_postgres_outages_and_kills_in_every_phase() {
     let mut all = Vec::new();
 
     // Progress writes and queued: A runs, B waits behind it; Postgres goes away mid-run.
-    let a = svc.submit(&scenario(600));
+    let a = svc.submit(&scenario(200));
     let b = svc.submit(&scenario(60));
     all.extend([a.clone(), b.clone()]);
     svc.wait(&a, |v| v["status"] == "running" && v["progress"].as_f64() > Some(0.05), 120);
@@ -304,8 +304,8 @@ fn runs_survive_postgres_outages_and_kills_in_every_phase() {
     let mut svc = svc;
     let kills = 4;
     for _ in 0..kills {
-        let id = svc.submit(&scenario(120));
-        let queued = svc.submit(&scenario(20));
+        let id = svc.submit(&scenario(60));
+        let queued = svc.submit(&scenario(10));
         all.extend([id.clone(), queued.clone()]);
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         std::thread::sleep(Duration::from_millis(200 + (x >> 33) % 4000));
