@@ -21,6 +21,9 @@ pub(super) fn kind_of(a: Arena) -> MemoryKind {
     }
 }
 
+/// (device, stream index).
+pub(super) type StreamKey = (u32, u32);
+
 pub(crate) struct Buffer {
     pub device: DeviceId,
     pub arena: Arena,
@@ -29,7 +32,7 @@ pub(crate) struct Buffer {
     /// 0 for an empty buffer (the pool refuses zero-byte allocations).
     pub ptr: u64,
     /// The end events of the last op on each stream that touched it.
-    pub last_use: Mutex<Vec<((u32, u32), Arc<OpEvents>)>>,
+    pub last_use: Mutex<Vec<(StreamKey, Arc<OpEvents>)>>,
 }
 
 impl Buffer {
@@ -45,7 +48,7 @@ impl Buffer {
         Ok(self.ptr + v.offset as u64 * self.dtype.bytes())
     }
 
-    pub(super) fn used_by(&self, stream: (u32, u32), ev: &Arc<OpEvents>) {
+    pub(super) fn used_by(&self, stream: StreamKey, ev: &Arc<OpEvents>) {
         let mut l = self.last_use.lock().unwrap_or_else(|e| e.into_inner());
         match l.iter_mut().find(|(s, _)| *s == stream) {
             Some(e) => e.1 = ev.clone(),

@@ -67,7 +67,11 @@ pub fn present() -> Result<(), ExecError> {
 }
 
 pub(super) fn lib_names(lib: &str) -> String {
-    cudarc::get_lib_name_candidates(lib).join(", ")
+    let mut names = cudarc::get_lib_name_candidates(lib);
+    // cudarc lists some Windows-style names twice; a user reads the Linux ones.
+    names.retain(|n| n.starts_with(&format!("lib{lib}.so")));
+    names.dedup();
+    names.join(", ")
 }
 
 /// NVRTC's (major, minor) version.

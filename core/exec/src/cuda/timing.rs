@@ -49,7 +49,7 @@ impl EventPool {
         let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         r.push(e);
         // Recycling is batched: a scan per 64 retirements keeps it off the per-op cost.
-        if r.len() % 64 == 0 {
+        if r.len() & 63 == 0 {
             let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
             let (ready, held): (Vec<_>, Vec<_>) = r.drain(..).partition(|e| Arc::strong_count(e) == 1);
             free.extend(ready);
