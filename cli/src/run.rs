@@ -8,8 +8,9 @@
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use slicesched_cost::CostModel;
+use slicesched_exec::cuda::CudaBackend;
 use slicesched_exec::drive::{Driver, ExecRecord};
-use slicesched_exec::{bench, CpuBackend, CpuDeviceSpec};
+use slicesched_exec::{bench, Backend, CpuBackend, CpuDeviceSpec};
 use slicesched_sim::{ReplayOptions, ReplayResult, RequestRecord, Scenario};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ pub struct Args {
     /// Policy: a shipped name (its Wasm build when built), `native:NAME`, or a .wasm plugin.
     #[arg(long, default_value = "dedicated")]
     policy: String,
-    /// Executor backend (this build: cpu).
+    /// Executor backend: cpu, or cuda (the scenario's GPUs are this machine's GPUs 0..n).
     #[arg(long, default_value = "cpu")]
     executor: String,
     /// Output directory.
@@ -141,8 +142,9 @@ fn ops_csv(ops: &[ExecRecord]) -> String {
 pub fn run(a: Args) -> Result<()> {
     match a.executor.as_str() {
         "cpu" => {}
-        "cuda" => bail!("--executor cuda: the CUDA backend is not part of this build (use --executor cpu)"),
-        e => bail!("unknown executor `{e}` (known: cpu)"),
+        // Fail before planning: without a driver or its libraries this is one line.
+        "cuda" => slicesched_exec::cuda::require_libraries().map_err(|e| anyhow::anyhow!("--executor cuda: {e}"))?,
+        e => bail!("unknown executor `{e}` (known: cpu, cuda)"),
     }
     let scenario =
         Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
@@ -153,8 +155,17 @@ pub fn run(a: Args) -> Result<()> {
     let planned = slicesched_sim::plan_with(&scenario, pol.replicas(), &cost).context("planning replicas")?;
     let specs: Vec<CpuDeviceSpec> =
         planned.cluster.gpus.iter().map(|g| CpuDeviceSpec { memory_bytes: g.sku.memory, cores: 1 }).collect();
-    let backend = CpuBackend::new(&specs);
-    let mut driver = Driver::new(&backend, &planned, a.seed).context("loading the tenants onto the executor")?;
+    // The scenario's GPUs are the backend's devices in order: cpu:i, or the GPU of
+    // ordinal i.
+    let backend: Box<dyn Backend> = match a.executor.as_str() {
+        "cuda" => Box::new(
+            CudaBackend::try_new(&(0..specs.len()).collect::<Vec<_>>())
+                .map_err(|e| anyhow::anyhow!("--executor cuda: {e}"))?,
+        ),
+        _ => Box::new(CpuBackend::new(&specs)),
+    };
+    let mut driver =
+        Driver::new(backend.as_ref(), &planned, a.seed).context("loading the tenants onto the executor")?;
     driver.correct = !a.no_correction;
     let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(

@@ -10,16 +10,23 @@
 //!   checkpoint) and the byte-level tokenizer.
 //! - [`runner`]: loads a tenant's weights and KV cache onto devices and runs an
 //!   iteration's operator DAG under a placement.
+//! - [`cuda`] (features `cuda-12` / `cuda-13`): the CUDA backend (cudarc, loaded at run
+//!   time: without a driver it is a typed [`ExecError::NoCuda`], never a panic).
 //! - [`bench`]: the executor's benchmarks (`slicesched bench exec`).
 //! - [`reference`]: a naive f64 forward pass the kernels are tested against.
 //!
 //! Architecture Invariant: this crate is the one place that knows device memory and
 //! `unsafe` device calls; everything above it sees ids, views and events.
 
+#[cfg(all(feature = "cuda-12", feature = "cuda-13"))]
+compile_error!("features `cuda-12` and `cuda-13` are mutually exclusive: build the CUDA 13 variant with `--no-default-features --features cuda-13`");
+
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;
 pub mod cpu;
+#[cfg(any(feature = "cuda-12", feature = "cuda-13"))]
+pub mod cuda;
 pub mod drive;
 pub mod kernels;
 pub mod model;
@@ -51,4 +58,11 @@ pub enum ExecError {
     Placement(String),
     #[error("model: {0}")]
     Model(String),
+    /// The CUDA backend cannot start here: no driver, no GPU, or a library (libcuda,
+    /// cuBLAS, NVRTC) missing or too old. `missing` names what, for one line to a user.
+    #[error("CUDA unavailable: {missing}")]
+    NoCuda { missing: String },
+    /// A CUDA call failed (driver, cuBLAS or NVRTC), with what was being done.
+    #[error("CUDA: {0}")]
+    Cuda(String),
 }
