@@ -3,13 +3,15 @@
 //! clock; requests, cancellations and the stop come in through one channel, whose
 //! length the handle bounds.
 
+use super::config::DeviceKind;
 use super::exec::{Event, LiveExec, Requests, Served};
 use super::history::Sink;
 use super::sample::SamplingParams;
 use super::{LiveConfig, Snapshot, TenantSnapshot};
 use slicesched_cost::{CostModel, CpuOverhead};
+use slicesched_exec::cuda::CudaBackend;
 use slicesched_exec::model::{ExecModel, HostWeights};
-use slicesched_exec::{CpuBackend, CpuDeviceSpec};
+use slicesched_exec::{Backend, CpuBackend, CpuDeviceSpec};
 use slicesched_policy::{Policy, SwitchHandle, Switchable};
 use slicesched_sim::{End, LiveSim, ReplayOptions, Scenario, ScenarioSpec};
 use std::collections::HashMap;
@@ -122,9 +124,19 @@ pub fn run(
     };
     let specs: Vec<CpuDeviceSpec> =
         planned.cluster.gpus.iter().map(|g| CpuDeviceSpec { memory_bytes: g.sku.memory, cores: 1 }).collect();
-    let backend = CpuBackend::new(&specs);
+    // The scenario's GPUs are the backend's devices in order: cpu:i, or the GPU of ordinal i.
+    let backend: Box<dyn Backend> = match config.device_kind() {
+        Ok((DeviceKind::Cuda, _)) => match CudaBackend::try_new(&(0..specs.len()).collect::<Vec<_>>()) {
+            Ok(b) => Box::new(b),
+            Err(e) => {
+                let _ = ready.send(Err(format!("starting the CUDA backend: {e}")));
+                return None;
+            }
+        },
+        _ => Box::new(CpuBackend::new(&specs)),
+    };
     let reqs: Requests = Default::default();
-    let mut exec = match LiveExec::new(&backend, &planned, &models, reqs.clone()) {
+    let mut exec = match LiveExec::new(backend.as_ref(), &planned, &models, reqs.clone()) {
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(format!("loading the tenants: {e}")));

@@ -10,7 +10,8 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LiveConfig {
-    /// The devices: `cpu:N` gives N CPU devices (this build has no CUDA backend).
+    /// The devices: `cpu:N` gives N CPU devices, `cuda:N` the GPUs of ordinals 0..N (where
+    /// a CUDA driver and its libraries are present; otherwise refused naming what is missing).
     #[schema(example = "cpu:2")]
     pub devices: String,
     /// The policy, named as a run names one (a shipped name or an active plugin).
@@ -121,31 +122,49 @@ fn default_pending() -> u32 {
     64
 }
 
+/// The executor backend a live cluster's devices belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
 /// Most devices and tenants a live cluster may have (each device is a worker thread).
 pub const MAX_DEVICES: u32 = 16;
 pub const MAX_TENANTS: usize = 16;
 
 impl LiveConfig {
-    /// The number of CPU devices `devices` names.
-    pub fn device_count(&self) -> Result<u32, ApiError> {
+    /// Which backend `devices` names and how many devices.
+    pub fn device_kind(&self) -> Result<(DeviceKind, u32), ApiError> {
         let bad = |d: &str| ApiError::invalid("devices", d.to_string());
-        let Some(n) = self.devices.strip_prefix("cpu:") else {
-            return Err(if self.devices.starts_with("cuda") {
-                bad("`cuda` devices need a build with the CUDA backend; this one has `cpu:N`")
-            } else {
-                bad("expected `cpu:N`")
-            });
+        let (kind, n) = if let Some(n) = self.devices.strip_prefix("cpu:") {
+            (DeviceKind::Cpu, n)
+        } else if let Some(n) = self.devices.strip_prefix("cuda:") {
+            (DeviceKind::Cuda, n)
+        } else {
+            return Err(bad("expected `cpu:N` or `cuda:N`"));
         };
-        let n: u32 = n.parse().map_err(|_| bad("expected `cpu:N` with N a number"))?;
+        let n: u32 = n.parse().map_err(|_| bad("expected `cpu:N` or `cuda:N` with N a number"))?;
         if n == 0 || n > MAX_DEVICES {
             return Err(bad(&format!("N must be in 1..={MAX_DEVICES}, got {n}")));
         }
-        Ok(n)
+        Ok((kind, n))
+    }
+
+    /// The number of devices `devices` names.
+    pub fn device_count(&self) -> Result<u32, ApiError> {
+        self.device_kind().map(|d| d.1)
     }
 
     /// Checks what can be checked without the database or the models.
     pub fn check(&self) -> Result<u32, ApiError> {
-        let n = self.device_count()?;
+        let (kind, n) = self.device_kind()?;
+        if kind == DeviceKind::Cuda {
+            // Refused here, in one line naming the missing piece, rather than when the
+            // cluster's thread starts the backend.
+            slicesched_exec::cuda::require_libraries()
+                .map_err(|e| ApiError::invalid("devices", format!("{}: {e}", self.devices)))?;
+        }
         if self.tenants.is_empty() || self.tenants.len() > MAX_TENANTS {
             return Err(ApiError::invalid("tenants", format!("between 1 and {MAX_TENANTS} tenants")));
         }
@@ -207,11 +226,18 @@ mod tests {
     }
 
     #[test]
-    fn devices_are_cpu_n_and_errors_name_the_field() {
+    fn devices_are_cpu_n_or_cuda_n_and_errors_name_the_field() {
         assert_eq!(cfg("cpu:2").check().unwrap(), 2);
-        for bad in ["cpu:0", "cpu:x", "gpu:1", "cuda:0", "cpu:99"] {
+        assert_eq!(cfg("cuda:2").device_kind().unwrap(), (DeviceKind::Cuda, 2));
+        for bad in ["cpu:0", "cpu:x", "gpu:1", "cuda:0", "cuda:", "cpu:99"] {
             let e = cfg(bad).check().unwrap_err();
             assert!(matches!(e, ApiError::Invalid { ref field, .. } if field == "devices"), "{bad}: {e}");
+        }
+        // Without a driver (CI, this machine) `cuda:N` is refused naming what is missing.
+        if let Err(missing) = slicesched_exec::cuda::require_libraries() {
+            let e = cfg("cuda:1").check().unwrap_err();
+            assert!(matches!(e, ApiError::Invalid { ref field, .. } if field == "devices"), "{e}");
+            assert!(e.to_string().contains(&missing.to_string()), "{e}");
         }
         let mut c = cfg("cpu:1");
         c.tenants[0].gpus = vec![1];
