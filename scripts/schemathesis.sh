@@ -16,14 +16,9 @@ source scripts/lib/postgres.sh
 ensure_toolchain
 ensure_postgres
 
-venv=.data/venv
+ensure_venv
+venv=$VENV
 if [ ! -x "$venv/bin/schemathesis" ]; then
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-        rm -rf "$venv"
-        as_root apt-get update -qq
-        as_root apt-get install -y -qq python3-venv >/dev/null
-        python3 -m venv "$venv"
-    fi
     "$venv/bin/pip" install -q --disable-pip-version-check schemathesis==4.32.5
 fi
 

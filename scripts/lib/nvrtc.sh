@@ -6,15 +6,8 @@
 NVRTC_WHEEL="nvidia-cuda-nvrtc-cu12==12.8.93"
 
 ensure_nvrtc() {
-    local venv=.data/venv
-    if [ ! -x "$venv/bin/pip" ]; then
-        if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-            rm -rf "$venv"
-            as_root apt-get update -qq
-            as_root apt-get install -y -qq python3-venv >/dev/null
-            python3 -m venv "$venv"
-        fi
-    fi
+    ensure_venv
+    local venv=$VENV
     NVRTC_LIB="$("$venv/bin/python" -c 'import site, os; print(os.path.join(site.getsitepackages()[0], "nvidia", "cuda_nvrtc", "lib"))')"
     if ! ls "$NVRTC_LIB"/libnvrtc.so.* >/dev/null 2>&1; then
         "$venv/bin/pip" install -q --disable-pip-version-check "$NVRTC_WHEEL"

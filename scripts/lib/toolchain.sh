@@ -19,3 +19,17 @@ ensure_toolchain() {
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
+
+# The project's Python venv under .data/ (schemathesis, NVRTC for the kernel check),
+# with Debian's python3-venv installed where the interpreter lacks it. Sets VENV.
+ensure_venv() {
+    VENV=.data/venv
+    if [ ! -x "$VENV/bin/pip" ]; then
+        if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+            rm -rf "$VENV"
+            as_root apt-get update -qq
+            as_root apt-get install -y -qq python3-venv >/dev/null
+            python3 -m venv "$VENV"
+        fi
+    fi
+}

@@ -7,7 +7,7 @@
 
 use crate::kernels::Kernel;
 use crate::ExecError;
-use slicesched_gmg::MemLedger;
+use slicesched_gmg::{MemLedger, MemoryKind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -53,6 +53,34 @@ pub enum Arena {
     Workspace,
     /// What the backend takes for itself (scratch of its GEMMs, a CUDA context).
     Backend,
+}
+
+impl Arena {
+    /// The kind of memory the GMG's ledger books this arena as.
+    pub fn ledger_kind(self) -> MemoryKind {
+        match self {
+            Arena::Weights => MemoryKind::Weights,
+            Arena::KvBlocks => MemoryKind::KvPool,
+            Arena::Workspace | Arena::Backend => MemoryKind::Activations,
+        }
+    }
+}
+
+/// Books `bytes` of `arena` on a device's ledger at `now_ns`, or refuses them past its
+/// capacity: the one admission rule every backend applies before it allocates.
+pub(crate) fn charge(
+    ledger: &Mutex<MemLedger>,
+    device: &str,
+    arena: Arena,
+    bytes: u64,
+    now_ns: u64,
+) -> Result<(), ExecError> {
+    let mut l = ledger.lock().unwrap_or_else(|e| e.into_inner());
+    if l.used() + bytes > l.capacity {
+        return Err(ExecError::OutOfMemory { device: device.to_string(), arena, requested: bytes, free: l.free() });
+    }
+    l.alloc(arena.ledger_kind(), bytes, now_ns);
+    Ok(())
 }
 
 /// A range of elements of one buffer.

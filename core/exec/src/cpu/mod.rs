@@ -12,7 +12,7 @@ use crate::backend::*;
 use crate::kernels::Kernel;
 use crate::ExecError;
 use half::bf16;
-use slicesched_gmg::{MemLedger, MemoryKind};
+use slicesched_gmg::MemLedger;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
@@ -103,14 +103,6 @@ pub struct CpuBackend {
     bufs: RwLock<HashMap<BufId, Arc<Buffer>>>,
     next_id: AtomicU64,
     copied: Arc<AtomicU64>,
-}
-
-fn kind_of(a: Arena) -> MemoryKind {
-    match a {
-        Arena::Weights => MemoryKind::Weights,
-        Arena::KvBlocks => MemoryKind::KvPool,
-        Arena::Workspace | Arena::Backend => MemoryKind::Activations,
-    }
 }
 
 impl CpuBackend {
@@ -233,18 +225,7 @@ impl Backend for CpuBackend {
     fn alloc(&self, device: DeviceId, arena: Arena, dtype: Dtype, len: usize) -> Result<BufId, ExecError> {
         let dev = self.dev(device)?;
         let bytes = len as u64 * dtype.bytes();
-        {
-            let mut l = dev.ledger.lock().unwrap_or_else(|e| e.into_inner());
-            if l.used() + bytes > l.capacity {
-                return Err(ExecError::OutOfMemory {
-                    device: dev.info.name.clone(),
-                    arena,
-                    requested: bytes,
-                    free: l.free(),
-                });
-            }
-            l.alloc(kind_of(arena), bytes, self.now_ns());
-        }
+        crate::backend::charge(&dev.ledger, &dev.info.name, arena, bytes, self.now_ns())?;
         let data = match dtype {
             Dtype::Bf16 => Data::Bf16(vec![bf16::ZERO; len]),
             Dtype::F32 => Data::F32(vec![0.0; len]),
@@ -258,7 +239,7 @@ impl Backend for CpuBackend {
     fn free(&self, buf: BufId) -> Result<(), ExecError> {
         let b =
             self.bufs.write().unwrap_or_else(|e| e.into_inner()).remove(&buf).ok_or(ExecError::UnknownBuffer(buf.0))?;
-        self.dev(b.device)?.ledger.lock().unwrap_or_else(|e| e.into_inner()).release(kind_of(b.arena), b.bytes);
+        self.dev(b.device)?.ledger.lock().unwrap_or_else(|e| e.into_inner()).release(b.arena.ledger_kind(), b.bytes);
         Ok(())
     }
     fn upload(&self, dst: View, data: &HostData) -> Result<(), ExecError> {

@@ -130,7 +130,7 @@ impl Dev {
     /// Charges bytes the backend took for itself (context, cuBLAS workspaces).
     pub(super) fn charge(&self, arena: Arena, bytes: u64) {
         let mut l = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
-        l.alloc(super::memory::kind_of(arena), bytes, 0);
+        l.alloc(arena.ledger_kind(), bytes, 0);
     }
 
     pub(super) fn used_bytes(&self) -> Result<u64, ExecError> {

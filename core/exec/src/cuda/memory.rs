@@ -9,17 +9,8 @@ use crate::backend::{Arena, BufId, DeviceId, Dtype, HostData, View};
 use crate::ExecError;
 use cudarc::driver::result;
 use half::bf16;
-use slicesched_gmg::MemoryKind;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-
-pub(super) fn kind_of(a: Arena) -> MemoryKind {
-    match a {
-        Arena::Weights => MemoryKind::Weights,
-        Arena::KvBlocks => MemoryKind::KvPool,
-        Arena::Workspace | Arena::Backend => MemoryKind::Activations,
-    }
-}
 
 /// (device, stream index).
 pub(super) type StreamKey = (u32, u32);
@@ -68,20 +59,9 @@ impl Buffer {
 pub(super) fn alloc(sh: &Shared, device: DeviceId, arena: Arena, dtype: Dtype, len: usize) -> Result<BufId, ExecError> {
     let dev = sh.dev(device)?;
     let bytes = len as u64 * dtype.bytes();
-    {
-        let mut l = dev.ledger.lock().unwrap_or_else(|e| e.into_inner());
-        if l.used() + bytes > l.capacity {
-            return Err(ExecError::OutOfMemory {
-                device: dev.info.name.clone(),
-                arena,
-                requested: bytes,
-                free: l.free(),
-            });
-        }
-        l.alloc(kind_of(arena), bytes, sh.now_ns());
-    }
+    crate::backend::charge(&dev.ledger, &dev.info.name, arena, bytes, sh.now_ns())?;
     let refund = |e: ExecError| {
-        dev.ledger.lock().unwrap_or_else(|e| e.into_inner()).release(kind_of(arena), bytes);
+        dev.ledger.lock().unwrap_or_else(|e| e.into_inner()).release(arena.ledger_kind(), bytes);
         e
     };
     let ptr = if bytes == 0 {
@@ -120,7 +100,7 @@ pub(super) fn alloc(sh: &Shared, device: DeviceId, arena: Arena, dtype: Dtype, l
 pub(super) fn free(sh: &Shared, buf: BufId) -> Result<(), ExecError> {
     let b = sh.bufs.write().unwrap_or_else(|e| e.into_inner()).remove(&buf).ok_or(ExecError::UnknownBuffer(buf.0))?;
     let dev = sh.dev(b.device)?;
-    dev.ledger.lock().unwrap_or_else(|e| e.into_inner()).release(kind_of(b.arena), b.bytes());
+    dev.ledger.lock().unwrap_or_else(|e| e.into_inner()).release(b.arena.ledger_kind(), b.bytes());
     if b.ptr == 0 {
         return Ok(());
     }
