@@ -61,8 +61,20 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match dispatch(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, the context chain joined: a user's mistake or a missing driver is
+            // a message, not a backtrace (anyhow's Debug form prints one under
+            // RUST_BACKTRACE, which CI and many shells set).
+            eprintln!("Error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let result = match cli.command {
         Command::Replay(a) => replay::run(a),
         Command::Cost { command } => cost::run(command),
