@@ -179,14 +179,7 @@ fn validate_e2e(data: Option<&Path>, holdout_tp: bool, json: bool) -> Result<()>
     let mut text = format!("engine costs fitted on every row:\n{}", report.table());
     let mut held = Vec::new();
     if holdout_tp {
-        let mut tps: Vec<u32> = rows.iter().map(|r| r.tp).collect();
-        tps.sort_unstable();
-        tps.dedup();
-        for tp in tps {
-            let train: Vec<_> = rows.iter().filter(|r| r.tp != tp).cloned().collect();
-            let test: Vec<_> = rows.iter().filter(|r| r.tp == tp).cloned().collect();
-            let m = kernels.with_engine(EngineFit::fit(kernels, &train)?);
-            let r = validate_e2e(&m, &test)?;
+        for (tp, r) in slicesched_cost::validate_e2e_holdout_tp(kernels, &rows)? {
             text += &format!(
                 "\nTP {tp} held out (engine fitted on the other TP degrees): prompt median {:.1}% p90 {:.1}%, token median {:.1}% p90 {:.1}%\n",
                 r.prompt.median * 100.0,

@@ -3,8 +3,8 @@
 //! `cargo run --release -p slicesched-cost --example figures [-- a100|h100|e2e]`.
 
 use slicesched_cost::{
-    embedded_rows, validate, validate_dirs_leave_one_model_out, validate_e2e, validate_leave_one_model_out, CostModel,
-    EngineFit,
+    embedded_rows, validate, validate_dirs_leave_one_model_out, validate_e2e, validate_e2e_holdout_tp,
+    validate_leave_one_model_out, CostModel, EngineFit,
 };
 use std::path::{Path, PathBuf};
 
@@ -39,13 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let kernels = CostModel::kernels_a100();
         let r = validate_e2e(&kernels.with_engine(EngineFit::fit(kernels, &rows)?), &rows)?;
         println!("\nEnd to end, engine fitted on every row:\n{}", r.table());
-        let mut tps: Vec<u32> = rows.iter().map(|r| r.tp).collect();
-        tps.sort_unstable();
-        tps.dedup();
-        for tp in tps {
-            let train: Vec<_> = rows.iter().filter(|r| r.tp != tp).cloned().collect();
-            let test: Vec<_> = rows.iter().filter(|r| r.tp == tp).cloned().collect();
-            let r = validate_e2e(&kernels.with_engine(EngineFit::fit(kernels, &train)?), &test)?;
+        for (tp, r) in validate_e2e_holdout_tp(kernels, &rows)? {
             println!(
                 "TP {tp} held out: prompt {} / {}, token {} / {}",
                 pct(r.prompt.median),

@@ -372,6 +372,21 @@ pub fn validate_e2e(model: &CostModel, rows: &[E2eRow]) -> Result<E2eReport, Cos
     Ok(E2eReport { engine: *e, prompt: overall(&pe, None), token: overall(&te, None), by_tp, points })
 }
 
+/// Each TP degree of `rows` held out in turn: the engine costs fitted on the other degrees
+/// over `kernels`, tested on that one (`cost validate-e2e --holdout-tp`).
+pub fn validate_e2e_holdout_tp(kernels: &CostModel, rows: &[E2eRow]) -> Result<Vec<(u32, E2eReport)>, CostError> {
+    let mut tps: Vec<u32> = rows.iter().map(|r| r.tp).collect();
+    tps.sort_unstable();
+    tps.dedup();
+    tps.into_iter()
+        .map(|tp| {
+            let train: Vec<_> = rows.iter().filter(|r| r.tp != tp).cloned().collect();
+            let test: Vec<_> = rows.iter().filter(|r| r.tp == tp).cloned().collect();
+            Ok((tp, validate_e2e(&kernels.with_engine(EngineFit::fit(kernels, &train)?), &test)?))
+        })
+        .collect()
+}
+
 impl E2eReport {
     /// Aligned table, errors in percent.
     pub fn table(&self) -> String {

@@ -23,7 +23,7 @@ mod validate;
 
 pub use class::{op_class, OpClass};
 pub use cpu::CpuOverhead;
-pub use e2e::{embedded_rows, parse_e2e, validate_e2e, E2ePoint, E2eReport, E2eRow};
+pub use e2e::{embedded_rows, parse_e2e, validate_e2e, validate_e2e_holdout_tp, E2ePoint, E2eReport, E2eRow};
 pub use engine::{EngineFit, IterationCost};
 pub use profiles::ProfileSet;
 pub use validate::{

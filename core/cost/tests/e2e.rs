@@ -1,7 +1,9 @@
 //! End to end: Splitwise's measured Llama-2-70B prompt and token times on A100 against
 //! kernels + engine costs, and the breakdown `cost predict` prints.
 
-use slicesched_cost::{embedded_rows, validate_e2e, CostModel, CpuOverhead, DeviceCtx, EngineFit};
+use slicesched_cost::{
+    embedded_rows, validate_e2e, validate_e2e_holdout_tp, CostModel, CpuOverhead, DeviceCtx, EngineFit,
+};
 use slicesched_model::{DecodeItem, IterationBatch, ModelConfig};
 
 #[test]
@@ -24,10 +26,9 @@ fn engine_costs_fitted_on_e2e_hold() {
 fn engine_fitted_without_a_tp_degree_predicts_it() {
     let rows = embedded_rows();
     let kernels = CostModel::kernels_a100();
-    for tp in [2, 4, 8] {
-        let train: Vec<_> = rows.iter().filter(|r| r.tp != tp).cloned().collect();
-        let test: Vec<_> = rows.iter().filter(|r| r.tp == tp).cloned().collect();
-        let r = validate_e2e(&kernels.with_engine(EngineFit::fit(kernels, &train).unwrap()), &test).unwrap();
+    let held = validate_e2e_holdout_tp(kernels, &rows).unwrap();
+    assert_eq!(held.iter().map(|h| h.0).collect::<Vec<_>>(), [2, 4, 8]);
+    for (tp, r) in held {
         eprintln!("TP {tp} held out: prompt {:?} token {:?}", r.prompt, r.token);
         assert!(r.token.median <= 0.07 && r.token.p90 <= 0.13, "TP {tp}: token {:?}", r.token);
         assert!(r.prompt.median <= 0.11 && r.prompt.p90 <= 0.30, "TP {tp}: prompt {:?}", r.prompt);
