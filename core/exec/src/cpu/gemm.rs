@@ -18,6 +18,10 @@
 //! batches `matrixmultiply`'s panels, whose sums round differently: greedy answers then
 //! changed with whatever else shared the batch.
 
+// Tiles index accumulators, weight and x vectors by the same row and column: plain index
+// loops read best (as in math.rs).
+#![allow(clippy::needless_range_loop)]
+
 use half::bf16;
 
 /// Lanes of one partial-sum vector (an AVX2 register of f32).
