@@ -60,6 +60,14 @@ pub(crate) fn priced_as(kind: OpKind) -> OpKind {
     }
 }
 
+/// Whether `kind`'s kernel changes with the TP degree beyond its shape, so that its
+/// profiled curves are kept per degree: the vocab-parallel embedding masks the tokens
+/// outside its shard of the vocabulary, gathers the rest and zeroes the masked rows
+/// (several kernels at TP > 1, one plain gather at TP 1), at the same width.
+pub(crate) fn per_tp_kernel(kind: OpKind) -> bool {
+    priced_as(kind) == OpKind::Embedding
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

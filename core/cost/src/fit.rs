@@ -2,7 +2,7 @@
 
 use crate::attn::AttnFit;
 use crate::carry::{GemmClass, GemmPoint};
-use crate::class::{op_class, priced_as, OpClass};
+use crate::class::{op_class, per_tp_kernel, priced_as, OpClass};
 use crate::curve::{binned_median, isotonic, median, Curve};
 use crate::net::NetFit;
 use crate::profiles::{ProfileSet, MLP_OPS};
@@ -18,13 +18,15 @@ pub(crate) fn kind_of(name: &str) -> Option<OpKind> {
     OpKind::ALL.iter().copied().find(|k| k.profile_name() == Some(name))
 }
 
-/// Lookup key of an op's exact shape. The final norm is the same kernel as the input
-/// norm, so it shares its curves.
-pub(crate) fn shape_key(kind: OpKind, shape: &OpShape) -> Option<ShapeKey> {
+/// Lookup key of an op's exact shape at TP `tp`. The final norm is the same kernel as
+/// the input norm, so it shares its curves; a kernel that changes with the TP degree
+/// ([`per_tp_kernel`]) has a curve per degree.
+pub(crate) fn shape_key(kind: OpKind, shape: &OpShape, tp: u32) -> Option<ShapeKey> {
+    let per_tp = if per_tp_kernel(kind) { tp.max(1) as u64 } else { 0 };
     let kind = priced_as(kind);
     match *shape {
         OpShape::Gemm { n, k, .. } => Some((kind as u8, n, k)),
-        OpShape::Elementwise { width, .. } => Some((kind as u8, width, 0)),
+        OpShape::Elementwise { width, .. } => Some((kind as u8, width, per_tp)),
         _ => None,
     }
 }
@@ -47,7 +49,7 @@ pub(crate) fn profiled_spec(cfg: &ModelConfig, tokens: u32, tp: u32, kind: OpKin
     dag.head.into_iter().chain(dag.layer).find(|o| o.kind == kind)
 }
 
-/// (op kind, GEMM n or elementwise width, GEMM k).
+/// (op kind, GEMM n or elementwise width, GEMM k or the TP degree of a per-TP kernel).
 pub(crate) type ShapeKey = (u8, u64, u64);
 
 /// One measured op: its spec and median seconds.
@@ -133,7 +135,7 @@ fn fit_shapes(f: &mut SkuFit, points: &[Point]) {
     let mut keyed: Vec<(ShapeKey, u64, f64, f64)> = points
         .iter()
         .filter_map(|p| {
-            let key = shape_key(p.spec.kind, &p.spec.shape)?;
+            let key = shape_key(p.spec.kind, &p.spec.shape, p.spec.tp)?;
             Some((key, p.spec.tokens(), p.secs.ln(), roofline(&p.spec, &sku).ln()))
         })
         .collect();

@@ -100,12 +100,23 @@ impl SkuFit {
     }
 
     fn exact(&self, op: &OpSpec) -> Option<&Curve> {
-        let key = fit::shape_key(op.kind.cost_class(), &op.shape)?;
+        let key = fit::shape_key(op.kind.cost_class(), &op.shape, op.tp)?;
         // The LM head is never profiled; a vocab-sized GEMM only matches by accident.
         if op.kind == OpKind::LmHead {
             return None;
         }
-        self.keys.binary_search(&key).ok().map(|i| &self.curves[i])
+        match self.keys.binary_search(&key) {
+            Ok(i) => Some(&self.curves[i]),
+            // A per-TP kernel at a degree not profiled: the nearest profiled degree of the
+            // same width (O(log n), no allocation).
+            Err(_) if class::per_tp_kernel(op.kind) => {
+                let lo = self.keys.partition_point(|k| (k.0, k.1) < (key.0, key.1));
+                let hi = self.keys.partition_point(|k| (k.0, k.1) <= (key.0, key.1));
+                let dist = |i: usize| ((self.keys[i].2 as f64) / (key.2 as f64)).ln().abs();
+                (lo..hi).min_by(|&a, &b| dist(a).total_cmp(&dist(b))).map(|i| &self.curves[i])
+            }
+            Err(_) => None,
+        }
     }
 
     /// GEMM and elementwise kernel seconds on this fit's own SKU.

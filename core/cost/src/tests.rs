@@ -137,3 +137,21 @@ fn op_ns_cost() {
     }
     eprintln!("op_ns: {:.1} ns/call over {} ops (checksum {sum})", t.elapsed().as_nanos() as f64 / n as f64, ops.len());
 }
+
+#[test]
+fn the_embedding_is_priced_per_tp_degree_and_an_unprofiled_degree_takes_the_nearest() {
+    let m = CostModel::default_a100();
+    let d = dev("A100");
+    // Llama-2-7b is profiled at TP 1/2/4/8: the masked vocab-parallel lookup at TP 8 is
+    // a different kernel sequence from the plain gather at TP 1 (measured: 235 vs 201 µs
+    // at 4,096 tokens).
+    let (t1, t8) = (
+        m.kernel_ns(&d, &op("llama-2-7b", 4096, 1, OpKind::Embedding)),
+        m.kernel_ns(&d, &op("llama-2-7b", 4096, 8, OpKind::Embedding)),
+    );
+    assert!(t1 > t8 + t8 / 20, "TP 1 {t1} ns, TP 8 {t8} ns");
+    // TP 16 was never profiled: TP 8's curve, not the pooled fallback.
+    let e8 = op("llama-2-7b", 4096, 8, OpKind::Embedding);
+    let e16 = OpSpec { tp: 16, ..e8.clone() };
+    assert_eq!(m.kernel_ns(&d, &e16), m.kernel_ns(&d, &e8));
+}
