@@ -99,6 +99,7 @@ struct Measured {
     output_tokens_per_s: f64,
     oom_events: u64,
     wall_s: f64,
+    stopped_early: bool,
 }
 
 /// Everything measured for one policy.
@@ -202,7 +203,8 @@ pub(crate) fn sweep_scenario(
         round += 1;
         total.inc_length(work.len() as u64);
         total.set_message(format!("· {label}round {round}: {} in parallel", work.len()));
-        let done = measure(scenario, policies, &work, jobs, log, &total)?;
+        let stop_above = targets.iter().copied().reduce(f64::max);
+        let done = measure(scenario, policies, &work, jobs, stop_above, log, &total)?;
         for ((p, scale), m) in work.into_iter().zip(done) {
             if m.oom_events > 0 {
                 log.warn(format!(
@@ -262,6 +264,7 @@ fn measure(
     policies: &[String],
     work: &[(usize, f64)],
     jobs: usize,
+    stop_above: Option<f64>,
     log: &Log,
     total: &ProgressBar,
 ) -> Result<Vec<Measured>> {
@@ -284,11 +287,12 @@ fn measure(
                     let (p, scale) = work[i];
                     bar.set_prefix(format!("{} @ {scale:.4}", policies[p]));
                     bar.set_position(0);
-                    let r = replay_point(scenario, &policies[p], scale, &bar);
+                    let r = replay_point(scenario, &policies[p], scale, stop_above, &bar);
                     if let Ok(m) = &r {
                         log.note(format!(
-                            "{} @ {scale:.4}: {:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
+                            "{} @ {scale:.4}: {}{:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
                             policies[p],
+                            if m.stopped_early { "stopped early, over " } else { "" },
                             100.0 * m.violation_rate,
                             m.prompt_tokens_per_s,
                             m.wall_s
@@ -310,16 +314,25 @@ fn measure(
         .collect()
 }
 
-fn replay_point(scenario: &Scenario, policy: &str, scale: f64, bar: &ProgressBar) -> Result<Measured> {
+/// Replays one point; `stop_above`: the largest target, past which the replay stops (the
+/// point then violates every target and nothing more is needed from it).
+fn replay_point(
+    scenario: &Scenario,
+    policy: &str,
+    scale: f64,
+    stop_above: Option<f64>,
+    bar: &ProgressBar,
+) -> Result<Measured> {
     // Each policy replays on the deployment it asks for (its replicas, if any).
-    let r =
-        crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, ReplayOptions::default(), &mut |p| {
-            bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
-            bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
-        })?;
+    let opts = ReplayOptions { stop_above_violation: stop_above, ..ReplayOptions::default() };
+    let r = crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, opts, &mut |p| {
+        bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
+        bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
+    })?;
     let s = &r.summary;
     Ok(Measured {
-        violation_rate: s.violation_rate,
+        stopped_early: r.violation_at_stop.is_some(),
+        violation_rate: r.violation_at_stop.unwrap_or(s.violation_rate),
         prompt_tokens_per_s: s.prompt_tokens_per_s,
         output_tokens_per_s: s.output_tokens_per_s,
         oom_events: s.oom_events,
@@ -379,6 +392,7 @@ fn build_report(
                 output_tokens_per_s: m.output_tokens_per_s,
                 oom_events: m.oom_events,
                 wall_s: m.wall_s,
+                stopped_early: m.stopped_early,
             })
         })
         .collect();

@@ -171,4 +171,33 @@ fn run_serves_requests_from_pooled_serving_replicas() {
     assert_eq!(s["scheduling"]["replicas"][0][0], "code", "{}", s["scheduling"]);
     let w = |i: usize| s["executor"]["devices"][i]["weights_bytes"].as_u64().unwrap();
     assert!(w(0) > w(1), "cpu:0 {} vs cpu:1 {} weight bytes", w(0), w(1));
+
+    // `slice` on the same load may also borrow the serving copy's weights for ops of
+    // `code`'s home instance (and the home's for the copy's; whether it does depends on
+    // measured times): the executor runs them on weights loaded once. It used to refuse
+    // them ("holds none of its weights"), failing the run;
+    // `core/exec/tests/forward.rs` checks the sharing itself.
+    let out = tmp("run-slice-serving");
+    let o = bin()
+        .args(["run", "--executor", "cpu", "--quiet", "--policy", "native:slice", "--scenario"])
+        .arg(&scn)
+        .arg("--cost-profile")
+        .arg(&prof)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["oom_events"], 0);
+    assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
+    let sched = &s["scheduling"];
+    assert!(sched["replicas"].as_array().unwrap().iter().any(|r| r[0] == "code" && r[3] == true), "{sched}");
+    // Each copy's weights are loaded once, whatever number of instances use them: each
+    // device holds the weights the simulator's plan charges it.
+    for i in 0..2 {
+        let exec = s["executor"]["devices"][i]["weights_bytes"].as_u64().unwrap() as f64;
+        let plan: f64 = s["gpus"][i]["weights"].as_array().unwrap().iter().map(|w| w[2].as_f64().unwrap() * 1e9).sum();
+        assert!((exec - plan).abs() < 0.05 * plan, "cpu:{i}: executor {exec} bytes of weights, plan {plan}");
+    }
 }

@@ -106,6 +106,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                                     output_tokens_per_s: s.output_tokens_per_s,
                                     oom_events: s.oom_events,
                                     wall_s: s.timing.sim_wall_s,
+                                    stopped_early: false,
                                 });
                                 s.violation_rate
                             }

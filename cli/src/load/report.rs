@@ -146,6 +146,7 @@ pub fn result(summary: Summary, records: Vec<RequestRecord>, series: TimeSeries)
         decisions: Vec::new(),
         busy: None,
         cancelled: false,
+        violation_at_stop: None,
         fast_iterations: 0,
     }
 }

@@ -87,12 +87,25 @@ pub(crate) struct Linear {
     pub s: f64,
 }
 
+/// Heads per GPU and head size, as profiled: the key of a head configuration's own grids.
+type HeadKey = (u32, u32, u32);
+
+fn head_key(h: Heads) -> HeadKey {
+    (h.q.round() as u32, h.kv.round() as u32, h.dim.round() as u32)
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct AttnFit {
+    /// Pooled over every profiled head configuration: what an unprofiled one uses.
     pub prefill: Grid,
     pub decode: Grid,
     pub prefill_lin: Linear,
     pub decode_lin: Linear,
+    /// Per profiled head configuration, its own (prefill, decode) grids. How close a
+    /// kernel gets to its roofline depends on the head size and the query heads per KV
+    /// head (a CPU's attention of 32-wide heads ran at a third of the rate of 64-wide
+    /// ones on the same roofline), so pooling two configurations priced both ~35% off.
+    pub exact: Vec<(HeadKey, Grid, Grid)>,
 }
 
 impl AttnFit {
@@ -103,6 +116,7 @@ impl AttnFit {
         decode: Grid { us: Vec::new(), rows: Vec::new() },
         prefill_lin: Linear { a: 10e-6, s: 1.0 / 0.15 },
         decode_lin: Linear { a: 10e-6, s: 1.0 / 0.6 },
+        exact: Vec::new(),
     };
 }
 
@@ -140,17 +154,32 @@ impl AttnFit {
     pub fn fit(rows: &[AttnRow], peak: f64, bw: f64) -> Self {
         let mut fit = AttnFit::default();
         let (mut pre, mut dec, mut pre_lin, mut dec_lin) = (vec![], vec![], vec![], vec![]);
+        // (head configuration, prefill?, point) for the per-configuration grids.
+        let mut keyed: Vec<(HeadKey, bool, (f64, f64, f64))> = Vec::new();
         for r in rows.iter().filter(|r| r.secs > 0.0) {
             let t_r = row_roofline(r, peak, bw);
             let y = (r.secs / t_r).ln();
+            let (u, v) = if r.prefill {
+                prefill_uv(r.chunk as f64, r.kv as f64)
+            } else {
+                decode_uv(r.batch as f64, r.kv as f64)
+            };
+            keyed.push((head_key(row_heads(r)), r.prefill, (u, v, y)));
             if r.prefill {
-                let (u, v) = prefill_uv(r.chunk as f64, r.kv as f64);
                 pre.push((u, v, y));
                 pre_lin.push((t_r, r.secs));
             } else {
-                let (u, v) = decode_uv(r.batch as f64, r.kv as f64);
                 dec.push((u, v, y));
                 dec_lin.push((t_r, r.secs));
+            }
+        }
+        let mut keys: Vec<HeadKey> = keyed.iter().map(|k| k.0).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.len() > 1 {
+            for k in keys {
+                let of = |prefill: bool| keyed.iter().filter(|p| p.0 == k && p.1 == prefill).map(|p| p.2).collect();
+                fit.exact.push((k, Grid::fit(of(true)), Grid::fit(of(false))));
             }
         }
         fit.prefill = Grid::fit(pre);
@@ -171,7 +200,7 @@ impl AttnFit {
             return self.prefill_lin.a + self.prefill_lin.s * t_r;
         }
         let (u, v) = prefill_uv(chunk, prior);
-        t_r * self.prefill.eval(u, v).exp()
+        t_r * self.grids(h).map_or(&self.prefill, |g| &g.1).eval(u, v).exp()
     }
 
     /// Seconds of a decode batch of `n` requests with `kv_sum` KV tokens in total.
@@ -181,7 +210,13 @@ impl AttnFit {
             return self.decode_lin.a + self.decode_lin.s * t_r;
         }
         let (u, v) = decode_uv(n, kv_sum / n);
-        t_r * self.decode.eval(u, v).exp()
+        t_r * self.grids(h).map_or(&self.decode, |g| &g.2).eval(u, v).exp()
+    }
+
+    /// The head configuration's own grids, where it was profiled (both phases).
+    fn grids(&self, h: Heads) -> Option<&(HeadKey, Grid, Grid)> {
+        let k = head_key(h);
+        self.exact.iter().find(|g| g.0 == k && !g.1.is_empty() && !g.2.is_empty())
     }
 }
 
@@ -201,6 +236,49 @@ mod tests {
         let a = d.layer.iter().find(|o| o.kind == OpKind::Attention).unwrap();
         let (f, by) = prefill_work(Heads { q: 32.0, kv: 4.0, dim: 128.0 }, 300.0, 700.0);
         assert_eq!((f as u64, by as u64), (a.flops, a.bytes));
+    }
+
+    /// Two head configurations whose kernels reach different fractions of the same
+    /// roofline: each is priced by its own grid, an unprofiled one by the pooled grid.
+    #[test]
+    fn each_profiled_head_configuration_keeps_its_own_grids() {
+        let (peak, bw) = (1e12, 1e11);
+        let mut rows = Vec::new();
+        for (embd, slow) in [(256u32, 3.0), (512, 1.0)] {
+            for prefill in [true, false] {
+                for a in [1u32, 4, 16] {
+                    for kv in [16u32, 256, 1024] {
+                        let mut r = AttnRow {
+                            prefill,
+                            batch: if prefill { 1 } else { a },
+                            chunk: if prefill { 16 * a } else { 0 },
+                            kv,
+                            q_heads: 8,
+                            kv_heads: 2,
+                            embd,
+                            tp: 1,
+                            secs: 0.0,
+                        };
+                        r.secs = slow * 2.0 * row_roofline(&r, peak, bw);
+                        rows.push(r);
+                    }
+                }
+            }
+        }
+        let fit = AttnFit::fit(&rows, peak, bw);
+        for (dim, slow) in [(32.0, 3.0), (64.0, 1.0)] {
+            let h = Heads { q: 8.0, kv: 2.0, dim };
+            let want = slow * 2.0 * roofline(prefill_work(h, 64.0, 300.0), peak, bw);
+            let got = fit.prefill_secs(h, 64.0, 300.0, peak, bw);
+            assert!((got / want - 1.0).abs() < 1e-9, "dim {dim}: {got} vs {want}");
+            let want = slow * 2.0 * roofline(decode_work(h, 4.0, 4.0 * 500.0), peak, bw);
+            let got = fit.decode_secs(h, 4.0, 4.0 * 500.0, peak, bw);
+            assert!((got / want - 1.0).abs() < 1e-9, "dim {dim}: {got} vs {want}");
+        }
+        // An unprofiled configuration: between the two (the pooled grid).
+        let h = Heads { q: 16.0, kv: 2.0, dim: 64.0 };
+        let r = fit.decode_secs(h, 4.0, 2000.0, peak, bw) / roofline(decode_work(h, 4.0, 2000.0), peak, bw);
+        assert!(r > 2.0 * 1.01 && r < 6.0 * 0.99, "{r}");
     }
 
     #[test]

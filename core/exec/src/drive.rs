@@ -76,10 +76,11 @@ pub struct Loaded {
 }
 
 /// Loads every engine instance of the planned scenario onto `runner`, in the
-/// simulator's instance order (homes in tenant order, then serving replicas), each with
-/// the weight-only copies the planner placed: `models[t]` is tenant t's model and
-/// weights, `kv_blocks(home)` the KV blocks the instance's cache gets. What `run` and the
-/// live server both materialise.
+/// simulator's instance order (homes in tenant order, then serving replicas), and the
+/// weight-only copies the planner placed, each once; every instance of a tenant can run
+/// ops on every group holding that tenant's weights, as the simulator lets the policy
+/// place them: `models[t]` is tenant t's model and weights, `kv_blocks(home)` the KV
+/// blocks the instance's cache gets. What `run` and the live server both materialise.
 pub fn load_instances(
     runner: &mut Runner<'_>,
     scn: &Scenario,
@@ -90,6 +91,8 @@ pub fn load_instances(
     let mut order: Vec<_> = scn.deployment.homes.iter().filter(|h| h.serves).collect();
     order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
     let devs = |g: GroupId| -> Vec<DeviceId> { scn.deployment.group(g).gpus.iter().map(|g| DeviceId(g.0)).collect() };
+    // Per instance: its scenario tenant, and the groups it loaded itself (runner index).
+    let mut owned: Vec<(usize, Vec<(GroupId, usize)>)> = Vec::new();
     for h in order {
         let ti = h.tenant.index();
         let (model, w) = &models[ti];
@@ -97,19 +100,39 @@ pub fn load_instances(
         let t = runner
             .load_tenant(model.clone(), w, &devs(h.group), kv_blocks(h))
             .map_err(|e| ExecError::Placement(format!("tenant `{name}`: {e}")))?;
-        let mut map = HashMap::from([(h.group, 0)]);
-        let layers = model.layers() as u32;
-        for r in scn.deployment.replicas(h.tenant).filter(|r| !r.serves && r.group != h.group) {
-            let whole = r.layers == (0, layers);
-            let range = LayerRange { start: r.layers.0 as usize, end: r.layers.1 as usize, head: whole, tail: whole };
-            let g = runner
-                .add_copy(t, w, &devs(r.group), range)
-                .map_err(|e| ExecError::Placement(format!("tenant `{name}` copy: {e}")))?;
-            map.insert(r.group, g);
+        let mut mine = vec![(h.group, 0)];
+        // A weight-only copy is loaded once, with the tenant's first instance (its home);
+        // the others share it below, as the simulator charges it once.
+        if !owned.iter().any(|(u, _)| *u == ti) {
+            let layers = model.layers() as u32;
+            for r in scn.deployment.replicas(h.tenant).filter(|r| !r.serves && r.group != h.group) {
+                let whole = r.layers == (0, layers);
+                let range =
+                    LayerRange { start: r.layers.0 as usize, end: r.layers.1 as usize, head: whole, tail: whole };
+                let g = runner
+                    .add_copy(t, w, &devs(r.group), range)
+                    .map_err(|e| ExecError::Placement(format!("tenant `{name}` copy: {e}")))?;
+                mine.push((r.group, g));
+            }
         }
         out.inst_tenant.push(t);
-        out.groups.push(map);
+        out.groups.push(mine.iter().copied().collect());
         out.home.push(h.group);
+        owned.push((ti, mine));
+    }
+    // Every instance of a tenant may run ops on every group holding that tenant's
+    // weights (the policy borrows a serving copy's weights as it borrows a weight-only
+    // copy's): the other instances' groups are shared, not loaded again.
+    for i in 0..owned.len() {
+        for j in (0..owned.len()).filter(|&j| j != i && owned[j].0 == owned[i].0) {
+            for &(g, rg) in &owned[j].1 {
+                if out.groups[i].contains_key(&g) {
+                    continue;
+                }
+                let a = runner.share_group(out.inst_tenant[i], out.inst_tenant[j], rg)?;
+                out.groups[i].insert(g, a);
+            }
+        }
     }
     Ok(out)
 }

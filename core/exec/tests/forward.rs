@@ -223,3 +223,42 @@ fn every_byte_is_on_the_ledger_and_a_full_device_refuses() {
     let l = b.ledger(DeviceId(0)).unwrap();
     assert_eq!((l.weights, l.kv_pool), (0, 0));
 }
+
+/// A tenant served by two engine instances (its home and a serving copy, each a runner
+/// tenant with its own KV cache) runs ops of one instance on the other's weights: shared,
+/// not loaded again, freed once, and the tokens are those of a home-only run.
+#[test]
+fn instances_of_one_model_share_each_others_weights() {
+    let b = backend(2);
+    let m = micro();
+    let w = weights(&m);
+    let mut r = Runner::new(&b);
+    let home = r.load_tenant(m.clone(), &w, &devices(&[0]), 8).unwrap();
+    let copy = r.load_tenant(m.clone(), &w, &devices(&[1]), 8).unwrap();
+    let before: Vec<u64> = (0..2).map(|d| b.ledger(DeviceId(d)).unwrap().weights).collect();
+    let g = r.share_group(home, copy, 0).unwrap();
+    let after: Vec<u64> = (0..2).map(|d| b.ledger(DeviceId(d)).unwrap().weights).collect();
+    assert_eq!(before, after, "sharing loads nothing");
+    let p = prompt(9, m.vocab(), 7);
+    let (want, _) = generate(&mut r, home, 1, &p, 4, &home_place);
+    // Every op but attention (which stays with the KV cache) on the copy's weights.
+    let borrowed = move |_: u32, k: OpKind, _: slicesched_model::Segment| OpPlace {
+        group: if k == OpKind::Attention { 0 } else { g },
+        priority: 0,
+    };
+    let (got, _) = generate(&mut r, home, 2, &p, 4, &borrowed);
+    assert_eq!(got, want);
+    // Another model's weights are not shareable.
+    let other = r.load_tenant(tiny(), &weights(&tiny()), &devices(&[1]), 8).unwrap();
+    let e = r.share_group(home, other, 0).unwrap_err().to_string();
+    assert!(e.contains("different models"), "{e}");
+    // Dropping the runner frees every buffer once: the ledger ends empty.
+    drop(r);
+    for d in 0..2 {
+        assert_eq!(b.ledger(DeviceId(d)).unwrap().weights, 0, "device {d}");
+    }
+}
+
+fn home_place(_: u32, _: OpKind, _: slicesched_model::Segment) -> OpPlace {
+    OpPlace { group: 0, priority: 0 }
+}

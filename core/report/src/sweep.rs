@@ -53,6 +53,11 @@ pub struct SweepPoint {
     pub output_tokens_per_s: f64,
     pub oom_events: u64,
     pub wall_s: f64,
+    /// The replay stopped once more requests had violated than the largest target
+    /// allows (`violation_rate` is then the share known to violate by that time, a lower
+    /// bound, and the token rates cover that part only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_early: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -172,6 +177,7 @@ mod tests {
             output_tokens_per_s: 1.0,
             oom_events: 0,
             wall_s: 0.1,
+            stopped_early: false,
         }
     }
 

@@ -46,6 +46,10 @@ pub struct ReplayOptions {
     /// can run on its GPUs meanwhile (`crate::fast`); the result is identical either way.
     /// Off: every op is an event (for comparing the two paths).
     pub fast_path: bool,
+    /// Stop as soon as more than this fraction of all the replay's requests is known to
+    /// violate its SLA (dropped, or completed late): the violation rate then exceeds it
+    /// whatever the rest does. A goodput search needs no more from such a point.
+    pub stop_above_violation: Option<f64>,
 }
 
 impl Default for ReplayOptions {
@@ -62,6 +66,7 @@ impl Default for ReplayOptions {
             cancel: None,
             follow_producer: true,
             fast_path: true,
+            stop_above_violation: None,
         }
     }
 }
@@ -93,6 +98,10 @@ pub struct ReplayResult {
     pub busy: Option<crate::BusyBuckets>,
     /// Stopped early through [`ReplayOptions::cancel`].
     pub cancelled: bool,
+    /// Stopped early by [`ReplayOptions::stop_above_violation`]: the fraction of the
+    /// requests known to violate by then, a lower bound of the whole run's rate (the
+    /// summary's `violation_rate` counts the unfinished requests as drops).
+    pub violation_at_stop: Option<f64>,
     /// Iterations run as one event on the fast path ([`ReplayOptions::fast_path`]).
     pub fast_iterations: u64,
 }
@@ -189,6 +198,7 @@ pub(crate) struct Sim<'a> {
     pub rec: crate::record::Recorder,
     pub busy: Option<crate::busy::BusyRecorder>,
     pub cancelled: bool,
+    pub violation_at_stop: Option<f64>,
     /// Per GPU, the KV pool its instances share (empty: every engine keeps its own).
     pub kv_pools: Vec<crate::kvpool::GpuPool>,
     /// Per instance, its part in those pools.
@@ -340,6 +350,7 @@ impl<'a> Sim<'a> {
             rec,
             busy: None,
             cancelled: false,
+            violation_at_stop: None,
             kv_pools: Vec::new(),
             kv_shares: Vec::new(),
             exec,
@@ -452,9 +463,23 @@ impl Sim<'_> {
                     self.cancelled = true;
                     break;
                 }
+                if let Some(v) = self.opts.stop_above_violation.and_then(|limit| self.violating_above(limit)) {
+                    self.violation_at_stop = Some(v);
+                    break;
+                }
             }
         }
         progress(&self.progress(stop));
+    }
+
+    /// The fraction of all requests known to violate, where it exceeds `limit`. Checked
+    /// at progress reports only (a count over the records, not per event).
+    fn violating_above(&self, limit: f64) -> Option<f64> {
+        let n = self.scn.requests.len().max(1) as f64;
+        let late: u64 = self.series.violations.iter().sum();
+        let dropped = self.records.iter().filter(|r| r.dropped.is_some()).count() as u64;
+        let v = (late + dropped) as f64 / n;
+        (v > limit).then_some(v)
     }
 
     pub(crate) fn dispatch(&mut self, ev: Ev) {
@@ -840,6 +865,7 @@ impl Sim<'_> {
             decisions: std::mem::take(&mut self.rec.decisions),
             busy: self.busy.take().map(|b| b.finish(end)),
             cancelled: self.cancelled,
+            violation_at_stop: self.violation_at_stop,
             fast_iterations: self.fast.iterations,
         }
     }

@@ -61,6 +61,27 @@ fn a_cancelled_replay_stops_early_and_says_so() {
     assert!(r.summary.op_events < full.summary.op_events / 2, "{} vs {}", r.summary.op_events, full.summary.op_events);
 }
 
+/// A goodput search stops a replay once more requests violate than its largest target
+/// allows: the rate known then is a lower bound over that target, and a replay that stays
+/// under the limit is the plain replay.
+#[test]
+fn a_replay_stops_once_its_violations_pass_the_limit() {
+    let scn = scenario(TWO_TENANTS).with_rate_scale(8.0);
+    let full = run(&scn, ReplayOptions { progress_every: 1_000, ..Default::default() });
+    let rate = full.summary.violation_rate;
+    assert!(rate > 0.2, "the overloaded replay violates: {rate}");
+    let limit = rate / 4.0;
+    let r = run(&scn, ReplayOptions { progress_every: 1_000, stop_above_violation: Some(limit), ..Default::default() });
+    let v = r.violation_at_stop.expect("stopped");
+    assert!(v > limit && v <= rate, "{v} against limit {limit}, whole run {rate}");
+    assert!(r.summary.op_events < full.summary.op_events, "{} vs {}", r.summary.op_events, full.summary.op_events);
+    assert!(full.violation_at_stop.is_none());
+    let under =
+        run(&scn, ReplayOptions { progress_every: 1_000, stop_above_violation: Some(rate), ..Default::default() });
+    assert!(under.violation_at_stop.is_none());
+    assert_eq!(without_timing(&under.summary), without_timing(&full.summary));
+}
+
 #[test]
 fn busy_buckets_cover_the_whole_run_and_change_nothing() {
     let scn = scenario(TWO_TENANTS);

@@ -160,6 +160,30 @@ impl<'b> Runner<'b> {
         Ok(t.groups.len() - 1)
     }
 
+    /// Lets `tenant` run ops on group `group` of tenant `from` (another engine instance
+    /// of the same model and weights, e.g. a serving copy): the weights are shared, not
+    /// loaded again, and stay owned (and freed) by `from`. Returns the new group index.
+    pub fn share_group(&mut self, tenant: usize, from: usize, group: usize) -> Result<usize, ExecError> {
+        let (Some(t), Some(f)) = (self.tenants.get(tenant), self.tenants.get(from)) else {
+            return Err(ExecError::Placement(format!("no tenant {tenant} or {from}")));
+        };
+        if t.model.config != f.model.config || t.tp != f.tp {
+            return Err(ExecError::Placement(format!(
+                "tenants {tenant} and {from} run different models or tensor-parallel degrees: no weights to share"
+            )));
+        }
+        let g =
+            f.groups.get(group).ok_or_else(|| ExecError::Placement(format!("tenant {from} has no group {group}")))?;
+        let mut alias = Group { range: g.range, ranks: g.ranks.clone() };
+        for r in &mut alias.ranks {
+            // Not ours to free.
+            r.bufs.clear();
+        }
+        let t = &mut self.tenants[tenant];
+        t.groups.push(alias);
+        Ok(t.groups.len() - 1)
+    }
+
     fn load_group(
         &self,
         model: &ExecModel,
