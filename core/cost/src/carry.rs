@@ -14,7 +14,8 @@
 //!   not by HBM. Their profiled time is carried by the ratio of SMs × clock (by the
 //!   clock alone for kernels with fewer per-token blocks than SMs), never faster than
 //!   the target's HBM allows.
-//! - Attention: the profiled efficiency grids applied to the target's roofline.
+//! - Attention: the profiled efficiency grids (per profiled head configuration, pooled
+//!   for others) applied to the target's roofline.
 
 use slicesched_hw::GpuSku;
 
