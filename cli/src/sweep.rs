@@ -194,6 +194,23 @@ pub(crate) fn sweep_scenario(
 
     let mut per_policy: Vec<PolicyPoints> = policies.iter().map(|_| PolicyPoints::default()).collect();
     let mut outcomes: Vec<Option<Outcome>> = vec![None; policies.len() * targets.len()];
+    // Requests a model's context window refuses at arrival violate under every policy at
+    // every scale: a target below their share is out of reach, and searching for it
+    // would replay down to the smallest scale (the slowest replays) to learn that.
+    let floor = refused_share(scenario);
+    for (t, &target) in targets.iter().enumerate() {
+        if floor > target {
+            log.note(format!(
+                "{label}{:.2}% of the requests are refused for their length (context window) under every policy: \
+                 no goodput at {:.1}% violations",
+                100.0 * floor,
+                100.0 * target
+            ));
+            for p in 0..policies.len() {
+                outcomes[p * targets.len() + t] = Some(Outcome::ViolatesAtMin);
+            }
+        }
+    }
     let mut round = 0;
     loop {
         let work = plan_round(&per_policy, &mut outcomes, targets, opts, jobs);
@@ -217,7 +234,18 @@ pub(crate) fn sweep_scenario(
         }
     }
     total.finish_and_clear();
-    Ok(build_report(scenario, policies, targets, opts, &per_policy, &outcomes, jobs, started))
+    Ok(build_report(scenario, policies, targets, opts, &per_policy, &outcomes, jobs, started, floor))
+}
+
+/// The share of the scenario's requests refused at arrival for their length, whatever
+/// the policy and the rate scale.
+fn refused_share(scenario: &Scenario) -> f64 {
+    let refused = scenario
+        .requests
+        .iter()
+        .filter(|(t, r)| scenario.tenants[*t as usize].length_refusal(r.prompt_tokens, r.output_tokens).is_some())
+        .count();
+    refused as f64 / scenario.requests.len().max(1) as f64
 }
 
 /// The (policy index, scale) pairs to replay next, deduplicated; records finished searches.
@@ -350,6 +378,7 @@ fn build_report(
     outcomes: &[Option<Outcome>],
     jobs: usize,
     started: Instant,
+    refused: f64,
 ) -> SweepReport {
     let mut results = Vec::new();
     for (p, policy) in policies.iter().enumerate() {
@@ -363,7 +392,17 @@ fn build_report(
             };
             // Without an answer, the figures are those of the lowest (violating) scale tried.
             let lowest = pts.measured.iter().min_by(|x, y| x.0.total_cmp(&y.0)).map(|x| x.1);
-            let m = if rate_scale > 0.0 { pts.at(rate_scale) } else { lowest }.expect("the answer is a measured point");
+            // A policy whose every target is below the refused share replayed nothing.
+            let unmeasured = Measured {
+                violation_rate: refused,
+                prompt_tokens_per_s: 0.0,
+                output_tokens_per_s: 0.0,
+                oom_events: 0,
+                wall_s: 0.0,
+                stopped_early: false,
+            };
+            let m = if rate_scale > 0.0 { pts.at(rate_scale) } else { lowest.or(Some(unmeasured)) }
+                .expect("the answer is a measured point");
             let served = rate_scale > 0.0;
             results.push(SweepResult {
                 policy: policy.clone(),

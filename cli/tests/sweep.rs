@@ -75,6 +75,40 @@ fn sweep_writes_the_contract_and_a_plot() {
     assert!(svg.starts_with("<svg") && svg.contains("dedicated") && svg.contains("target 20%"));
 }
 
+/// Requests refused for their length violate under every policy at every scale: a
+/// target below their share has no goodput, found without replaying down to the
+/// smallest scale; a looser target is searched as usual.
+#[test]
+fn targets_below_the_refused_share_have_no_goodput_without_replays() {
+    let smoke = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/smoke.toml")).unwrap();
+    let chat = "model = \"llama-2-7b\"\n";
+    assert!(smoke.contains(chat), "smoke's chat tenant changed: update this test");
+    // Half of chat's prompts (median 1,469 tokens) do not fit 1,024 tokens.
+    let scn = tmp("refused").with_extension("toml");
+    std::fs::write(&scn, smoke.replacen(chat, &format!("{chat}max_model_len = 1024\n"), 1)).unwrap();
+    let out = tmp("refused-out");
+    let o = bin()
+        .args(["sweep", "--policies", "dedicated", "--violation-targets", "0.05,0.95", "--precision", "0.3"])
+        .args(["--max-scale", "4", "--jobs", "2", "--scenario"])
+        .arg(&scn)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("refused for their length") && err.contains("no goodput at 5.0%"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    let result = |t: f64| v["results"].as_array().unwrap().iter().find(|r| r["target"] == t).unwrap().clone();
+    assert_eq!(result(0.05)["status"], "violates_at_min_scale");
+    assert_eq!(result(0.05)["rate_scale"], 0.0);
+    assert!(result(0.05)["violation_rate"].as_f64().unwrap() > 0.05);
+    assert!(result(0.95)["rate_scale"].as_f64().unwrap() > 0.0, "{}", result(0.95));
+    // Nothing was replayed below the loose target's own search.
+    let lowest = v["points"].as_array().unwrap().iter().map(|p| p["rate_scale"].as_f64().unwrap()).fold(9.0, f64::min);
+    assert!(lowest >= 0.25, "replayed down to {lowest}");
+}
+
 #[test]
 fn sweep_refuses_unknown_policies_naming_the_builtins() {
     let o = bin()
