@@ -2,6 +2,7 @@
 //! its placement names, after its inputs' events, with a copy for every input produced
 //! on another device.
 
+use super::collective::CollectiveStats;
 use super::{ExecBatch, Runner, Tenant};
 use crate::backend::{Arena, Backend, BufId, DeviceId, Dtype, Event, HostData, StreamId, View};
 use crate::kernels::{Heads, Kernel};
@@ -9,6 +10,7 @@ use crate::ExecError;
 use serde::Serialize;
 use slicesched_model::{DecodeItem, IterationBatch, IterationDag, OpKind, PrefillItem, Segment};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Where one op runs: a group of the tenant (0 is home) and its stream priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +49,7 @@ pub(super) struct OpRec {
     group: usize,
     /// Ranks the op ran on (its launches are spread evenly over them).
     ranks: usize,
-    kernels: Vec<Event>,
+    pub(super) kernels: Vec<Event>,
     copies: Vec<(Event, u64)>,
 }
 
@@ -75,10 +77,10 @@ pub struct IterOutput {
 /// One rank's copy of a tensor: where it is and the event that completes it.
 #[derive(Clone)]
 pub(super) struct Loc {
-    view: View,
-    dtype: Dtype,
-    device: DeviceId,
-    ready: Event,
+    pub(super) view: View,
+    pub(super) dtype: Dtype,
+    pub(super) device: DeviceId,
+    pub(super) ready: Event,
 }
 
 /// Offsets of the per-iteration i32 metadata, uploaded once to each device that reads it.
@@ -103,10 +105,12 @@ pub(super) struct Build<'a> {
     pub b: &'a dyn Backend,
     pub bufs: Vec<BufId>,
     pub meta: Meta,
+    /// Which path each all-reduce took (the runner's counters).
+    pub stats: Arc<CollectiveStats>,
 }
 
 impl Build<'_> {
-    fn alloc(&mut self, dev: DeviceId, dtype: Dtype, len: usize) -> Result<View, ExecError> {
+    pub(super) fn alloc(&mut self, dev: DeviceId, dtype: Dtype, len: usize) -> Result<View, ExecError> {
         let id = self.b.alloc(dev, Arena::Workspace, dtype, len)?;
         self.bufs.push(id);
         Ok(View::whole(id, len))
@@ -126,7 +130,7 @@ impl Build<'_> {
         Ok(whole.sub(off, len))
     }
     /// `loc` readable on `dev`: itself, or a copy queued on `stream`.
-    fn on(&mut self, loc: &Loc, dev: DeviceId, stream: StreamId, rec: &mut OpRec) -> Result<Loc, ExecError> {
+    pub(super) fn on(&mut self, loc: &Loc, dev: DeviceId, stream: StreamId, rec: &mut OpRec) -> Result<Loc, ExecError> {
         if loc.device == dev {
             return Ok(loc.clone());
         }
@@ -153,7 +157,7 @@ impl Runner<'_> {
         let dag = t.model.config.iteration_dag(&ib, t.tp as u32);
         let places: Vec<OpPlace> = dag.ops().map(|o| place(o.index, o.spec.kind, o.segment)).collect();
         check_locality(t, &dag, &places)?;
-        let mut bld = Build { b, bufs: Vec::new(), meta };
+        let mut bld = Build { b, bufs: Vec::new(), meta, stats: self.collectives.clone() };
         match launch_all(t, &dag, &places, &mut bld, ib.tokens() as usize, ib.sampled() as usize) {
             Ok((ops, tokens, logits)) => {
                 let sampled = batch.seqs.iter().filter(|s| s.samples || !s.prefill).map(|s| s.seq).collect();
@@ -442,46 +446,8 @@ pub(super) fn launch_one(
         let mut outs = Vec::with_capacity(tp);
         let kind = op.spec.kind;
         if kind.is_collective() {
-            // Every rank gathers every rank's part (copies), then reduces or concatenates
-            // locally in rank order, so all ranks end with identical bits.
-            let src = act(acts, preds[0])?;
-            let targets: Vec<usize> = if kind == OpKind::AllGather { vec![0] } else { (0..tp).collect() };
-            for r in targets {
-                let dev = g.ranks[r].device;
-                let s = b.stream(dev, p.priority)?;
-                let parts = (0..tp).map(|q| bld.on(&src[q], dev, s, &mut rec)).collect::<Result<Vec<_>, _>>()?;
-                let waits: Vec<Event> = parts.iter().map(|l| l.ready.clone()).collect();
-                if kind == OpKind::AllReduce {
-                    let out = bld.alloc(dev, Dtype::Bf16, src[0].view.len)?;
-                    let ev = b.launch(s, Kernel::Sum { parts: parts.iter().map(|l| l.view).collect(), out }, &waits)?;
-                    rec.kernels.push(ev.clone());
-                    outs.push(Loc { view: out, dtype: Dtype::Bf16, device: dev, ready: ev });
-                } else {
-                    let n = src[0].view.len;
-                    let out = bld.alloc(dev, Dtype::F32, n * tp)?;
-                    let mut evs = Vec::new();
-                    for (q, l) in parts.iter().enumerate() {
-                        let ev = b.copy(s, l.view, out.sub(q * n, n), &waits)?;
-                        rec.kernels.push(ev.clone());
-                        evs.push(ev);
-                    }
-                    let ids = bld.alloc(dev, Dtype::I32, sampled)?;
-                    let ev = b.launch(
-                        s,
-                        Kernel::Argmax {
-                            logits: out,
-                            out: ids,
-                            rows: sampled,
-                            shards: tp,
-                            shard_n: n / sampled.max(1),
-                        },
-                        &evs,
-                    )?;
-                    rec.kernels.push(ev.clone());
-                    *result = Some(((ids, ev.clone()), (out, tp, sampled, n / sampled.max(1))));
-                    outs.push(Loc { view: out, dtype: Dtype::F32, device: dev, ready: ev });
-                }
-            }
+            let src = act(acts, preds[0])?.clone();
+            outs = super::collective::launch(kind, g, p.priority, &src, bld, &mut rec, sampled, result)?;
         } else {
             for r in 0..tp {
                 let rank = &g.ranks[r];
