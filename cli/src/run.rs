@@ -144,12 +144,16 @@ fn print_requests(out: &mut impl Write, reqs: &serde_json::Value) -> Result<()> 
     const SHOWN: usize = 12;
     let Some(reqs) = reqs.as_array() else { return Ok(()) };
     let ms = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
-    writeln!(out, "  per request (ms): {:>6} {:>10} {:>10} {:>9} {:>9}", "id", "ttft run", "replay", "tpot run", "replay")?;
+    writeln!(
+        out,
+        "  per request (ms): {:>6} {:>10} {:>10} {:>9} {:>9}",
+        "id", "ttft run", "replay", "tpot run", "replay"
+    )?;
     for r in reqs.iter().take(SHOWN) {
         writeln!(
             out,
             "                    {:>6} {:>10} {:>10} {:>9} {:>9}",
-            r["id"],
+            r["id"].to_string(),
             ms(&r["ttft_ms_run"]),
             ms(&r["ttft_ms_replay"]),
             ms(&r["tpot_ms_run"]),

@@ -4,6 +4,8 @@
 mod collective;
 mod iter;
 mod load;
+mod meta;
+mod ops;
 mod step;
 
 pub use collective::{CollectiveReport, CollectiveStats};

@@ -270,7 +270,8 @@ pub fn copies(h: &mut Harness, g: &CudaBackend) -> Result<(bool, String)> {
     };
     let (h2d, d2h) = rate(false)?;
     let (h2d_pin, d2h_pin) = rate(true)?;
-    let staging = g.describe(d)?["host_copies"].clone();    let s = g.stream(d, 0)?;
+    let staging = g.describe(d)?["host_copies"].clone();
+    let s = g.stream(d, 0)?;
     let e = g.copy(s, a, View::whole(b, n), &[])?.wait()?;
     let d2d = 2.0 * bytes / e.duration_ns() as f64; // read + write, GB/s
     g.free(a.buf)?;
@@ -322,5 +323,12 @@ pub fn nccl(h: &mut Harness) -> Result<(bool, String)> {
     let us = pct(&mut times[1..].to_vec(), 0.5);
     let about = g.collectives();
     h.emit(json!({ "section": "f_nccl", "present": true, "elements": n, "us_p50": us, "sum_of_one_is_itself": same, "backend": about }));
-    Ok((same, format!("{about}: 1-rank all-reduce of {} MiB in {us:.0} µs, result {}", 2 * n >> 20, if same { "exact" } else { "WRONG" })))
+    Ok((
+        same,
+        format!(
+            "{about}: 1-rank all-reduce of {} MiB in {us:.0} µs, result {}",
+            2 * n >> 20,
+            if same { "exact" } else { "WRONG" }
+        ),
+    ))
 }

@@ -46,7 +46,11 @@ fn run(h: &Harness, s: &Setup, name: &str, args: &[&str]) -> Result<String> {
         if h.over() {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("{name}: killed at the section's cap after {:.0} s (log {})", t.elapsed().as_secs_f64(), log.display());
+            bail!(
+                "{name}: killed at the section's cap after {:.0} s (log {})",
+                t.elapsed().as_secs_f64(),
+                log.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -80,7 +84,9 @@ pub fn profile(h: &mut Harness, s: &Setup) -> Result<(bool, String)> {
     a.push(&d);
     let out = run(h, s, "profile", &a)?;
     let dev = std::fs::read_to_string(dir.join("device_config.yml")).unwrap_or_default();
-    h.emit(json!({ "section": "h_profile", "seconds": t.elapsed().as_secs_f64(), "stdout": out, "device_config": dev }));
+    h.emit(
+        json!({ "section": "h_profile", "seconds": t.elapsed().as_secs_f64(), "stdout": out, "device_config": dev }),
+    );
     let line = out.lines().next().unwrap_or("").to_string();
     let name = dev.lines().find_map(|l| l.strip_prefix("name: ")).unwrap_or("?");
     Ok((true, format!("{line}; device_config names {name} ({:.0} s)", t.elapsed().as_secs_f64())))
@@ -107,9 +113,11 @@ pub fn cost(h: &mut Harness, s: &Setup) -> Result<(bool, String)> {
     let d = dir.display().to_string();
     let dev = std::fs::read_to_string(dir.join("device_config.yml")).context("no profile from h_profile")?;
     let sku = dev.lines().find_map(|l| l.strip_prefix("name: ")).unwrap_or("H200-141GB").to_string();
-    let own: Value = serde_json::from_str(&run(h, s, "cost_self", &["cost", "validate", "--json", "--fit", &d, "--test", &d])?)?;
+    let own: Value =
+        serde_json::from_str(&run(h, s, "cost_self", &["cost", "validate", "--json", "--fit", &d, "--test", &d])?)?;
     let a100 = s.repo.join("data/profiles/a100").display().to_string();
-    let catalog = run(h, s, "cost_catalog", &["cost", "validate", "--json", "--fit", &a100, "--test", &d, "--test-sku", &sku]);
+    let catalog =
+        run(h, s, "cost_catalog", &["cost", "validate", "--json", "--fit", &a100, "--test", &d, "--test-sku", &sku]);
     let cat = match &catalog {
         Ok(t) => serde_json::from_str::<Value>(t).map(|v| summarize(&v)).unwrap_or_else(|e| format!("unreadable: {e}")),
         Err(e) => format!("failed: {e}"),
