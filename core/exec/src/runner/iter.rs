@@ -6,11 +6,10 @@ use super::collective::CollectiveStats;
 pub(super) use super::meta::{prepare, Meta, Part};
 use super::{ExecBatch, Runner, Tenant};
 use crate::backend::{Arena, Backend, BufId, DeviceId, Dtype, Event, HostData, StreamId, View};
-use crate::kernels::{Heads, Kernel};
+use crate::kernels::Kernel;
 use crate::ExecError;
 use serde::Serialize;
-use slicesched_model::{DecodeItem, IterationBatch, IterationDag, OpKind, PrefillItem, Segment};
-use std::collections::HashMap;
+use slicesched_model::{IterationDag, OpKind, Segment};
 use std::sync::Arc;
 
 /// Where one op runs: a group of the tenant (0 is home) and its stream priority.
@@ -196,6 +195,9 @@ impl Runner<'_> {
     }
 }
 
+/// Sampled rows' f32 logits, one vector per row.
+pub(super) type Logits = Vec<Vec<f32>>;
+
 /// Waits for the sampled ids and downloads them, with the logits (row-major, shards
 /// concatenated) when asked.
 pub(super) fn collect(
@@ -203,7 +205,7 @@ pub(super) fn collect(
     tokens: &(View, Event),
     (v, shards, rows, n): (View, usize, usize, usize),
     want_logits: bool,
-) -> Result<(Vec<i32>, Option<Vec<Vec<f32>>>), ExecError> {
+) -> Result<(Vec<i32>, Option<Logits>), ExecError> {
     tokens.1.wait()?;
     let HostData::I32(ids) = b.download(tokens.0)? else { unreachable!("tokens are i32") };
     let logits = if want_logits {

@@ -327,7 +327,7 @@ pub fn nccl(h: &mut Harness) -> Result<(bool, String)> {
         same,
         format!(
             "{about}: 1-rank all-reduce of {} MiB in {us:.0} µs, result {}",
-            2 * n >> 20,
+            (2 * n) >> 20,
             if same { "exact" } else { "WRONG" }
         ),
     ))
