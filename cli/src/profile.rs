@@ -61,8 +61,16 @@ pub fn resolve_model(spec: &str) -> Result<ExecModel> {
     Ok(m)
 }
 
+/// The backend profiled, its first device, a device's memory and (on a GPU) its facts.
+struct Opened {
+    backend: Box<dyn Backend>,
+    first: u32,
+    memory: u64,
+    gpu: Option<GpuFacts>,
+}
+
 /// The devices profiled: CPU devices of `memory` bytes, or GPUs `first..first+tp`.
-fn open_backend(a: &Args, tp: usize) -> Result<(Box<dyn Backend>, u32, u64, Option<GpuFacts>)> {
+fn open_backend(a: &Args, tp: usize) -> Result<Opened> {
     if a.device == "cuda" || a.device.starts_with("cuda:") {
         let first = slicesched_exec::cuda::parse_device(&a.device)?;
         // Without a driver or its libraries this is one line naming what is missing.
@@ -77,7 +85,7 @@ fn open_backend(a: &Args, tp: usize) -> Result<(Box<dyn Backend>, u32, u64, Opti
             sms: b.devices()[0].compute_units,
         };
         // The backend's devices are the ordinals listed, numbered from 0.
-        return Ok((Box::new(b), 0, memory, Some(gpu)));
+        return Ok(Opened { backend: Box::new(b), first: 0, memory, gpu: Some(gpu) });
     }
     if !(a.memory_gb.is_finite() && a.memory_gb > 0.0) {
         bail!("--memory-gb must be a positive number, got {}", a.memory_gb);
@@ -85,7 +93,8 @@ fn open_backend(a: &Args, tp: usize) -> Result<(Box<dyn Backend>, u32, u64, Opti
     let first = slicesched_exec::parse_device(&a.device)?;
     let memory = (a.memory_gb * (1u64 << 30) as f64) as u64;
     let n = first as usize + tp;
-    Ok((Box::new(CpuBackend::new(&vec![CpuDeviceSpec { memory_bytes: memory, cores: 1 }; n])), first, memory, None))
+    let backend = Box::new(CpuBackend::new(&vec![CpuDeviceSpec { memory_bytes: memory, cores: 1 }; n]));
+    Ok(Opened { backend, first, memory, gpu: None })
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -95,7 +104,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let model = resolve_model(&a.model)?;
     model.config.check_tp(a.tp).map_err(|e| anyhow::anyhow!("--tp {}: {e}", a.tp))?;
-    let (backend, first, memory, gpu) = open_backend(&a, tp)?;
+    let Opened { backend, first, memory, gpu } = open_backend(&a, tp)?;
     let need = model.config.weight_bytes_per_gpu(a.tp);
     if need > memory {
         bail!(
