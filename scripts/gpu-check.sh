@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The CUDA backend measured on a real GPU (shared/docs/executor.md §9). Builds nothing:
-# it runs a prebuilt gpu-check binary (GPU_CHECK_BIN, else target/release/gpu-check,
-# else ./gpu-check), built on a CI-like machine with
+# it runs two prebuilt binaries, each found as GPU_CHECK_BIN / SLICESCHED_BIN, else in
+# target/release/, else in the current folder, else beside this script; build them on a
+# CI-like machine with
 #   cargo build --release -p slicesched-exec --no-default-features --features cuda-13 --bin gpu-check
-# Usage: scripts/gpu-check.sh OUT   (about 6 minutes; a second try fits the GPU time)
-# Writes OUT/env.txt, OUT/log.txt, OUT/results.jsonl and prints a short table.
+#   cargo build --release -p slicesched-cli --no-default-features --features cuda-13
+# Usage: scripts/gpu-check.sh OUT   (at most 7.5 minutes, about 6.5 when sections finish
+# early; without slicesched, section (h) is skipped). Writes OUT/env.txt, OUT/log.txt,
+# OUT/results.jsonl, OUT/h_*.log and (h)'s profile and run folders, and prints a table.
 set -uo pipefail
 out="${1:?usage: scripts/gpu-check.sh OUT}"
 mkdir -p "$out"
@@ -14,6 +17,12 @@ for c in "$here/target/release/gpu-check" "$PWD/gpu-check" "$(dirname "$0")/gpu-
     [ -z "$bin" ] && [ -x "$c" ] && bin="$c"
 done
 [ -x "$bin" ] || { echo "gpu-check binary not found (set GPU_CHECK_BIN)" >&2; exit 2; }
+sbin="${SLICESCHED_BIN:-}"
+for c in "$here/target/release/slicesched" "$PWD/slicesched" "$(dirname "$0")/slicesched"; do
+    [ -z "$sbin" ] && [ -x "$c" ] && sbin="$c"
+done
+hargs=()
+if [ -x "$sbin" ]; then hargs=(--slicesched "$sbin" --repo "$here"); else echo "slicesched binary not found (set SLICESCHED_BIN): section (h) skipped" >&2; fi
 
 # The CUDA libraries: the toolkit's lib64, then any pip wheels (torch brings cuBLAS and
 # NVRTC). cudarc tries the unversioned name and a few sonames; NCCL's libnccl.so.2 is
@@ -41,7 +50,7 @@ export SLICESCHED_KERNEL_CACHE="$out/kernel-cache"
     python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1
 } >"$out/env.txt"
 
-timeout 420 "$bin" --out "$out" --budget-s "${GPU_CHECK_BUDGET_S:-360}" 2>&1 | tee "$out/log.txt"
+timeout 450 "$bin" --out "$out" --budget-s "${GPU_CHECK_BUDGET_S:-390}" ${hargs[@]+"${hargs[@]}"} 2>&1 | tee "$out/log.txt"
 rc=${PIPESTATUS[0]}
 echo "gpu-check exit $rc; results in $out/results.jsonl"
 exit "$rc"

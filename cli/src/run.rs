@@ -139,6 +139,33 @@ fn ops_csv(ops: &[ExecRecord]) -> String {
     s
 }
 
+/// The first requests' TTFT and TPOT, run against replay (all in fidelity.json).
+fn print_requests(out: &mut impl Write, reqs: &serde_json::Value) -> Result<()> {
+    const SHOWN: usize = 12;
+    let Some(reqs) = reqs.as_array() else { return Ok(()) };
+    let ms = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
+    writeln!(
+        out,
+        "  per request (ms): {:>6} {:>10} {:>10} {:>9} {:>9}",
+        "id", "ttft run", "replay", "tpot run", "replay"
+    )?;
+    for r in reqs.iter().take(SHOWN) {
+        writeln!(
+            out,
+            "                    {:>6} {:>10} {:>10} {:>9} {:>9}",
+            r["id"].to_string(),
+            ms(&r["ttft_ms_run"]),
+            ms(&r["ttft_ms_replay"]),
+            ms(&r["tpot_ms_run"]),
+            ms(&r["tpot_ms_replay"])
+        )?;
+    }
+    if reqs.len() > SHOWN {
+        writeln!(out, "                    ... {} more in fidelity.json", reqs.len() - SHOWN)?;
+    }
+    Ok(())
+}
+
 pub fn run(a: Args) -> Result<()> {
     match a.executor.as_str() {
         "cpu" => {}
@@ -229,6 +256,13 @@ pub fn run(a: Args) -> Result<()> {
         for k in ["op", "ttft", "tpot"] {
             writeln!(out, "  {k:<5} {:>7} / {:>7}  (n = {})", pct(&f[k]["median"]), pct(&f[k]["p90"]), f[k]["n"])?;
         }
+        if let Some(kinds) = f["op_by_kind"].as_object() {
+            writeln!(out, "  by op (model vs measured):")?;
+            for (k, v) in kinds {
+                writeln!(out, "    {k:<18} {:>7} / {:>7}  (n = {})", pct(&v["median"]), pct(&v["p90"]), v["n"])?;
+            }
+        }
+        print_requests(&mut out, &f["requests"])?;
     }
     for f in files {
         writeln!(out, "wrote {}", f.display())?;

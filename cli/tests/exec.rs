@@ -42,7 +42,7 @@ fn profile_refuses_bad_devices_and_models_that_do_not_fit() {
     let out = tmp("profile-bad");
     for (args, want) in [
         (vec!["--device", "gpu:0", "--model", "tiny-2l"], "unknown device `gpu:0"),
-        (vec!["--device", "cuda:0", "--model", "tiny-2l"], "CUDA backend is not part of this build"),
+        (vec!["--device", "cuda:x", "--model", "tiny-2l"], "the ordinal must be a number"),
         (vec!["--model", "gpt-9"], "unknown model `gpt-9`"),
         (vec!["--model", "llama-3-8b", "--memory-gb", "4"], "more than a device's"),
         (vec!["--model", "tiny-2l", "--tp", "3"], "--tp 3"),
@@ -51,6 +51,32 @@ fn profile_refuses_bad_devices_and_models_that_do_not_fit() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// `profile --device cuda:N` without a driver (CI): one line naming libcuda, a failing
+/// exit, no panic; with one, the check is the GPU machine's (scripts/gpu-check.sh).
+#[test]
+fn profile_on_cuda_without_a_driver_is_one_line_naming_libcuda() {
+    if slicesched_exec::cuda::libraries().driver {
+        eprintln!("skipped: a CUDA driver is present (the GPU check profiles it)");
+        return;
+    }
+    let out = tmp("profile-cuda");
+    for args in [vec!["--device", "cuda:0"], vec!["--device", "cuda", "--tp", "2"], vec!["--device", "cuda:1"]] {
+        let o = bin()
+            .arg("profile")
+            .args(&args)
+            .args(["--model", "tiny-2l", "--quiet", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}: {err}");
+        assert!(err.contains("CUDA unavailable") && err.contains("libcuda") && err.contains("--device cuda"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists(), "nothing written without a GPU");
     }
 }
 
@@ -83,6 +109,11 @@ fn run_executes_a_scenario_and_writes_replays_files_plus_the_executor() {
     assert_eq!(e["backend"], "cpu");
     assert!(e["ops"].as_u64().unwrap() > 1000 && e["errors"].as_array().unwrap().is_empty(), "{e}");
     assert_eq!(e["devices"].as_array().unwrap().len(), 2);
+    // The CPU backend has no collective library: the report says so (tp 1 here, so no
+    // all-reduce ran at all).
+    let c = &e["collectives"];
+    assert_eq!((c["library_all_reduces"].as_u64(), c["copy_sum_all_reduces"].as_u64()), (Some(0), Some(0)), "{c}");
+    assert!(c["backend"].as_str().unwrap().contains("copies + Sum"), "{c}");
     let ops = std::fs::read_to_string(out.join("ops.csv")).unwrap();
     assert!(ops.starts_with("serial,tenant,op,") && ops.lines().count() > 1000);
     let o = bin()

@@ -249,6 +249,16 @@ impl Event {
     }
 }
 
+/// One rank of a backend all-reduce: the rank's stream (on its device), its partial
+/// sum, the view every rank's total goes to, and the events its part waits on.
+#[derive(Debug, Clone)]
+pub struct ReduceRank {
+    pub stream: StreamId,
+    pub src: View,
+    pub dst: View,
+    pub waits: Vec<Event>,
+}
+
 /// The seam the CPU and CUDA backends implement.
 pub trait Backend: Send + Sync {
     /// `cpu` or `cuda`.
@@ -277,4 +287,16 @@ pub trait Backend: Send + Sync {
     fn bytes_copied(&self) -> u64;
     /// The device a buffer lives on.
     fn device_of(&self, buf: BufId) -> Result<DeviceId, ExecError>;
+    /// Sums the bf16 `src` of every rank into every rank's `dst` with the backend's own
+    /// collective library (NCCL), returning each rank's completion event in rank order;
+    /// `None` when it has none for these ranks, and the runner then copies the parts and
+    /// sums them in rank order with a Sum kernel per rank. The CPU backend always
+    /// declines: its rank-order sum is what batch and placement invariance rest on.
+    fn all_reduce(&self, _ranks: &[ReduceRank]) -> Result<Option<Vec<Event>>, ExecError> {
+        Ok(None)
+    }
+    /// Which collective path `all_reduce` takes and why (for the executor's report).
+    fn collectives(&self) -> String {
+        "copies + Sum kernel (the backend has no collective library)".into()
+    }
 }

@@ -54,6 +54,8 @@ pub struct ExecSummary {
     pub bytes_copied: u64,
     pub correction: bool,
     pub errors: Vec<String>,
+    /// Which path the tensor-parallel all-reduces took (NCCL or copies + Sum) and why.
+    pub collectives: crate::runner::CollectiveReport,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -285,6 +287,7 @@ impl<'b> Driver<'b> {
             bytes_copied: b.bytes_copied(),
             correction: self.correct,
             errors: self.errors.clone(),
+            collectives: self.runner.collective_report(),
         }
     }
 }

@@ -34,7 +34,9 @@ pub mod profile;
 pub mod reference;
 pub mod runner;
 
-pub use backend::{Arena, Backend, BufId, DeviceId, DeviceInfo, Dtype, Event, HostData, StreamId, Timing, View};
+pub use backend::{
+    Arena, Backend, BufId, DeviceId, DeviceInfo, Dtype, Event, HostData, ReduceRank, StreamId, Timing, View,
+};
 pub use cpu::{parse_device, CpuBackend, CpuDeviceSpec};
 
 /// Everything the executor can refuse or fail at.

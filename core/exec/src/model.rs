@@ -191,20 +191,44 @@ impl HostWeights {
     /// Deterministic random weights: linear layers uniform with variance 1/fan-in (so
     /// activations keep their scale through the layers), norms near 1.
     pub fn random(model: &ExecModel, seed: u64) -> Self {
-        let tensors = model
-            .tensor_shapes()
+        let gen = |name: &str, shape: &[usize]| {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(name_seed(seed, name));
+            let n: usize = shape.iter().product();
+            if shape.len() == 1 {
+                (0..n).map(|_| bf16::from_f32(1.0 + rng.random_range(-0.1..0.1))).collect()
+            } else {
+                let a = if name.contains("embed") { 1.0 } else { (3.0 / shape[1] as f32).sqrt() };
+                (0..n).map(|_| bf16::from_f32(rng.random_range(-a..a))).collect()
+            }
+        };
+        // Each tensor has its own seed, so generating them on several threads gives the
+        // same bits; an 8B model's 8 billion draws take seconds instead of half a minute.
+        let shapes = model.tensor_shapes();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16);
+        let made: Vec<(usize, Vec<bf16>)> = std::thread::scope(|sc| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    sc.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some((name, shape)) = shapes.get(i) else { break mine };
+                            mine.push((i, gen(name, shape)));
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().flat_map(|w| w.join().expect("a weight generator panicked")).collect()
+        });
+        let mut data: Vec<Option<Vec<bf16>>> = vec![None; shapes.len()];
+        for (i, d) in made {
+            data[i] = Some(d);
+        }
+        let tensors = shapes
             .into_iter()
-            .map(|(name, shape)| {
-                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(name_seed(seed, &name));
-                let n: usize = shape.iter().product();
-                let data = if shape.len() == 1 {
-                    (0..n).map(|_| bf16::from_f32(1.0 + rng.random_range(-0.1..0.1))).collect()
-                } else {
-                    let a = if name.contains("embed") { 1.0 } else { (3.0 / shape[1] as f32).sqrt() };
-                    (0..n).map(|_| bf16::from_f32(rng.random_range(-a..a))).collect()
-                };
-                (name, HostTensor { shape, data })
-            })
+            .zip(data)
+            .map(|((name, shape), d)| (name, HostTensor { shape, data: d.expect("every tensor generated") }))
             .collect();
         Self { tensors }
     }

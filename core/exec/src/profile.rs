@@ -80,8 +80,20 @@ pub struct Profile {
     pub attention: Vec<AttnPoint>,
     /// The best GEMM rate measured on one device (GFLOP/s).
     pub peak_gflops: f64,
-    /// One core's read bandwidth from memory (GB/s): a CPU device's "HBM".
+    /// Memory bandwidth (GB/s): one core's read bandwidth on a CPU device, a
+    /// device-to-device copy's (read + write) on a GPU.
     pub read_gbs: f64,
+    /// The GPU profiled (None on CPU devices): set by the caller, which knows its name.
+    pub gpu: Option<GpuFacts>,
+}
+
+/// What `device_config.yml` says about a profiled GPU beyond the measured figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuFacts {
+    /// The driver's name, e.g. `NVIDIA H200`.
+    pub name: String,
+    pub memory_bytes: u64,
+    pub sms: u32,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -101,14 +113,16 @@ fn op_ms(o: &OpTiming, _tp: usize) -> f64 {
 /// The best rate of square-ish bf16 GEMMs on `device` (GFLOP/s): the peak the cost
 /// model's rooflines are scaled by.
 pub fn measure_peak(b: &dyn Backend, device: DeviceId) -> Result<f64, ExecError> {
-    let (m, n, k) = (512, 1024, 1024);
+    // A GPU reaches its peak only on large GEMMs (executor.md §9(c): 8192³); a CPU
+    // device would take minutes on one.
+    let (m, n, k) = if b.kind() == "cuda" { (8192, 8192, 8192) } else { (512, 1024, 1024) };
     let alloc = |len| b.alloc(device, Arena::Workspace, Dtype::Bf16, len).map(|id| View::whole(id, len));
     let (x, w, y) = (alloc(m * k)?, alloc(n * k)?, alloc(m * n)?);
     b.upload(x, &HostData::Bf16(vec![half::bf16::from_f32(0.5); m * k]))?;
     b.upload(w, &HostData::Bf16(vec![half::bf16::from_f32(0.25); n * k]))?;
     let s = b.stream(device, 0)?;
     let mut best = 0.0f64;
-    for _ in 0..4 {
+    for _ in 0..if b.kind() == "cuda" { 8 } else { 4 } {
         let t = b.launch(s, Kernel::Gemm { x, w, y, m, n, k }, &[])?.wait()?;
         let ns = if t.busy_ns > 0 { t.busy_ns } else { t.duration_ns() };
         best = best.max(2.0 * (m * n * k) as f64 / ns.max(1) as f64);
@@ -116,6 +130,23 @@ pub fn measure_peak(b: &dyn Backend, device: DeviceId) -> Result<f64, ExecError>
     for v in [x, w, y] {
         b.free(v.buf)?;
     }
+    Ok(best)
+}
+
+/// A device-to-device copy's bandwidth on `device` (GB/s, bytes read + written): what
+/// a GPU's memory-bound ops can stream, the figure `hbm_gbps` stands for.
+pub fn measure_copy_gbs(b: &dyn Backend, device: DeviceId) -> Result<f64, ExecError> {
+    let n = 256 << 20; // bf16 elements: 512 MiB each way
+    let (src, dst) =
+        (b.alloc(device, Arena::Workspace, Dtype::Bf16, n)?, b.alloc(device, Arena::Workspace, Dtype::Bf16, n)?);
+    let s = b.stream(device, 0)?;
+    let mut best = 0.0f64;
+    for _ in 0..5 {
+        let t = b.copy(s, View::whole(src, n), View::whole(dst, n), &[])?.wait()?;
+        best = best.max(2.0 * 2.0 * n as f64 / t.duration_ns().max(1) as f64);
+    }
+    b.free(src)?;
+    b.free(dst)?;
     Ok(best)
 }
 
@@ -210,8 +241,9 @@ pub fn profile(
     progress(done, total, "peak GEMM rate");
     let peak_gflops = measure_peak(b, devices[0])?;
     progress(total, total, "done");
-    let read_gbs = crate::bench::peak::read_bandwidth_gbs(256);
-    Ok(Profile { tp, mlp, attention, peak_gflops, read_gbs })
+    let read_gbs =
+        if b.kind() == "cuda" { measure_copy_gbs(b, devices[0])? } else { crate::bench::peak::read_bandwidth_gbs(256) };
+    Ok(Profile { tp, mlp, attention, peak_gflops, read_gbs, gpu: None })
 }
 
 fn write_atomic(path: &Path, text: &str) -> Result<(), ExecError> {
@@ -269,13 +301,102 @@ pub fn write(dir: &Path, model: &ExecModel, p: &Profile, memory_bytes: u64, devi
     write_atomic(&folder.join("mlp.csv"), &mlp)?;
     write_atomic(&folder.join("attention.csv"), &attn)?;
     write_atomic(&folder.join("model_config.yml"), &cfg)?;
-    // A CPU device is in no GPU catalog: the file names it and gives its measured memory
-    // bandwidth, which is what `cost validate --fit` needs to read it as a new device.
-    let dev = format!(
-        "# Measured by slicesched profile: the best bf16 GEMM rate of one device and one core's read bandwidth.\nname: cpu-executor\nfp16_tflops: {:.4}\ntotal_memory_gb: {:.3}\nhbm_gbps: {:.2}\nnum_devices_per_node: {devices}\n",
-        p.peak_gflops / 1e3,
-        memory_bytes as f64 / (1u64 << 30) as f64,
-        p.read_gbs
+    write_atomic(&dir.join("device_config.yml"), &device_config(p, memory_bytes, devices))
+}
+
+/// The catalog GPU a driver's device name is (`NVIDIA H100 80GB HBM3` → `H100-80GB`),
+/// when its model number is a catalog entry's and its memory that entry's (an A100
+/// 40GB is not the catalog's A100-80GB).
+pub fn catalog_gpu(device_name: &str, memory_bytes: u64) -> Option<slicesched_hw::GpuSku> {
+    let up = device_name.to_ascii_uppercase();
+    let words: Vec<&str> = up.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    slicesched_hw::catalog().into_iter().find(|s| {
+        let model = s.name.split('-').next().unwrap_or(&s.name).to_ascii_uppercase();
+        // The driver reports a little less than the marketing size (GiB, minus what
+        // the firmware keeps): within 10 %.
+        words.contains(&model.as_str()) && (memory_bytes as f64 / s.memory as f64 - 1.0).abs() < 0.1
+    })
+}
+
+/// `device_config.yml`: a catalog GPU by its name (with the catalog's datasheet peak,
+/// which `cost validate` checks the name against) and what was measured beside it; a GPU
+/// outside the catalog as a new one with its measured figures; a CPU device likewise.
+pub fn device_config(p: &Profile, memory_bytes: u64, devices: usize) -> String {
+    let gib = memory_bytes as f64 / (1u64 << 30) as f64;
+    let measured = format!("measured_fp16_tflops: {:.4}\nmeasured_hbm_gbps: {:.2}\n", p.peak_gflops / 1e3, p.read_gbs);
+    let Some(g) = &p.gpu else {
+        // A CPU device is in no GPU catalog: the file names it and gives its measured
+        // memory bandwidth, which is what `cost validate --fit` needs to read it as a new device.
+        return format!(
+            "# Measured by slicesched profile: the best bf16 GEMM rate of one device and one core's read bandwidth.\nname: cpu-executor\nfp16_tflops: {:.4}\ntotal_memory_gb: {gib:.3}\nhbm_gbps: {:.2}\nnum_devices_per_node: {devices}\n",
+            p.peak_gflops / 1e3,
+            p.read_gbs
+        );
+    };
+    let head = format!(
+        "# Measured by slicesched profile on {} ({} SMs, {gib:.1} GiB): best bf16 GEMM (8192³) and device-to-device copy.\n",
+        g.name, g.sms
     );
-    write_atomic(&dir.join("device_config.yml"), &dev)
+    match catalog_gpu(&g.name, g.memory_bytes) {
+        Some(s) => format!(
+            "{head}name: {}\nfp16_tflops: {:.1}\ntotal_memory_gb: {}\nnum_devices_per_node: {devices}\n{measured}",
+            s.name,
+            s.peak_flops / 1e12,
+            s.memory >> 30
+        ),
+        None => {
+            let name: String =
+                g.name.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
+            format!(
+                "{head}name: {name}\nfp16_tflops: {:.4}\ntotal_memory_gb: {gib:.3}\nhbm_gbps: {:.2}\nsm_count: {}\nnum_devices_per_node: {devices}\n{measured}",
+                p.peak_gflops / 1e3,
+                p.read_gbs,
+                g.sms
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn profile(gpu: Option<GpuFacts>) -> Profile {
+        Profile { tp: 1, mlp: vec![], attention: vec![], peak_gflops: 790_500.0, read_gbs: 4100.0, gpu }
+    }
+
+    #[test]
+    fn driver_names_map_to_the_catalog() {
+        let name = |n: &str, gib: u64| catalog_gpu(n, gib * GIB - (500 << 20)).map(|s| s.name);
+        assert_eq!(name("NVIDIA H200", 141).as_deref(), Some("H200-141GB"));
+        assert_eq!(name("NVIDIA H100 80GB HBM3", 80).as_deref(), Some("H100-80GB"));
+        assert_eq!(name("NVIDIA A100-SXM4-80GB", 80).as_deref(), Some("A100-80GB"));
+        // The 40 GB A100 is not the catalog's, nor is a GPU it lacks.
+        assert_eq!(name("NVIDIA A100-SXM4-40GB", 40), None);
+        assert_eq!(name("NVIDIA GeForce RTX 4090", 24), None);
+    }
+
+    #[test]
+    fn a_catalog_gpu_is_named_with_its_datasheet_peak_and_the_measure_beside_it() {
+        let h200 = GpuFacts { name: "NVIDIA H200".into(), memory_bytes: 140 * GIB, sms: 132 };
+        let text = device_config(&profile(Some(h200)), 140 * GIB, 1);
+        let c = slicesched_hw::DeviceConfig::parse(&text, "d.yml").unwrap();
+        assert_eq!(c.resolve(&[], "d.yml").unwrap().name, "H200-141GB", "{text}");
+        assert_eq!((c.measured_fp16_tflops, c.measured_hbm_gbps), (Some(790.5), Some(4100.0)));
+        assert!(text.contains("NVIDIA H200") && text.contains("132 SMs"), "{text}");
+    }
+
+    #[test]
+    fn another_gpu_is_a_new_device_with_its_measured_figures() {
+        let g = GpuFacts { name: "NVIDIA GeForce RTX 4090".into(), memory_bytes: 24 * GIB, sms: 128 };
+        let text = device_config(&profile(Some(g)), 24 * GIB, 1);
+        let sku = slicesched_hw::DeviceConfig::parse(&text, "d.yml").unwrap().resolve(&[], "d.yml").unwrap();
+        assert_eq!(sku.name, "NVIDIA-GeForce-RTX-4090");
+        assert!((sku.peak_flops / 1e12 - 790.5).abs() < 1e-6 && (sku.hbm_bw / 1e9 - 4100.0).abs() < 1e-6);
+        assert_eq!(sku.sm_count, 128);
+        // CPU devices keep their layout.
+        assert!(device_config(&profile(None), 8 * GIB, 1).contains("name: cpu-executor"));
+    }
 }

@@ -93,8 +93,7 @@ fn generate_beside(
         }],
     };
     let mut b_pos = b_len;
-    let mut pos = prompt.len();
-    for _ in 0..steps {
+    for pos in prompt.len()..prompt.len() + steps {
         let pa = w.r.submit(w.a, &batch, place).unwrap();
         let pb = (b_len > 0).then(|| w.r.submit(w.b, &b_batch, &|_, _, _| OpPlace { group: 0, priority: 1 }).unwrap());
         let out = w.r.wait(pa, true).unwrap();
@@ -117,7 +116,6 @@ fn generate_beside(
         batch = ExecBatch {
             seqs: vec![SeqWork { seq: 1, tokens: vec![t], start_pos: pos, prefill: false, samples: true }],
         };
-        pos += 1;
     }
     w.r.release(w.a, 1);
     w.r.release(w.b, 9);

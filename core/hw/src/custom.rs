@@ -10,7 +10,10 @@ const GIB: u64 = 1 << 30;
 
 /// A Vidur `device_config.yml`: `fp16_tflops`, `total_memory_gb`,
 /// `num_devices_per_node`, and optionally `name` (a catalog GPU, or the name of a new
-/// one), `hbm_gbps`, `nvlink_gbps`, `pcie_gbps`, `sm_count`, `clock_ghz`.
+/// one), `hbm_gbps`, `nvlink_gbps`, `pcie_gbps`, `sm_count`, `clock_ghz`, and what
+/// `slicesched profile` measured (`measured_fp16_tflops`, `measured_hbm_gbps`: kept
+/// for the reader, never used to resolve the GPU, whose datasheet figures are the
+/// catalog's).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceConfig {
     pub name: Option<String>,
@@ -22,6 +25,8 @@ pub struct DeviceConfig {
     pub pcie_gbps: Option<f64>,
     pub sm_count: Option<u32>,
     pub clock_ghz: Option<f64>,
+    pub measured_fp16_tflops: Option<f64>,
+    pub measured_hbm_gbps: Option<f64>,
 }
 
 /// Relative tolerance when matching a config's peak to a catalog SKU: Vidur writes
@@ -53,6 +58,8 @@ impl DeviceConfig {
                 "pcie_gbps" => c.pcie_gbps = Some(num().ok_or_else(bad)?),
                 "sm_count" => c.sm_count = Some(num().ok_or_else(bad)? as u32),
                 "clock_ghz" => c.clock_ghz = Some(num().ok_or_else(bad)?),
+                "measured_fp16_tflops" => c.measured_fp16_tflops = Some(num().ok_or_else(bad)?),
+                "measured_hbm_gbps" => c.measured_hbm_gbps = Some(num().ok_or_else(bad)?),
                 _ => return Err(err(format!("unknown key `{k}`"))),
             }
         }
@@ -221,5 +228,19 @@ mod tests {
             .contains("g.toml"));
         let e = skus_from_toml("[[gpu]]\nname = \"X\"\ntflops = 0\nhbm_gbps = 1\nmemory_gb = 1\n", "g.toml");
         assert!(e.unwrap_err().to_string().contains("must be positive"));
+    }
+
+    #[test]
+    fn measured_figures_are_kept_beside_a_catalog_name() {
+        // What `slicesched profile --device cuda:0` writes on an H200: the catalog's
+        // datasheet peak names it, the measured peak (well under it) is kept aside.
+        let c = DeviceConfig::parse(
+            "# measured\nname: H200-141GB\nfp16_tflops: 989.4\ntotal_memory_gb: 141\nnum_devices_per_node: 1\nmeasured_fp16_tflops: 790.5\nmeasured_hbm_gbps: 4100\n",
+            "d.yml",
+        )
+        .unwrap();
+        assert_eq!((c.measured_fp16_tflops, c.measured_hbm_gbps), (Some(790.5), Some(4100.0)));
+        assert_eq!(c.resolve(&[], "d.yml").unwrap().name, "H200-141GB");
+        assert!(DeviceConfig::parse("measured_hbm_gbps: -1\n", "d.yml").is_err());
     }
 }

@@ -52,6 +52,8 @@ pub(crate) struct Dev {
     pub anchor_stream: Arc<CudaStream>,
     /// Bytes the driver reported used after each setup step (context, modules).
     pub setup_bytes: Mutex<Vec<(String, u64)>>,
+    /// Pinned host chunks for uploads and downloads.
+    pub staging: super::staging::Staging,
 }
 
 // SAFETY: the pool handle is a driver handle valid for the context's life; every use
@@ -109,6 +111,7 @@ impl Dev {
             anchor: Mutex::new(anchor),
             anchor_stream,
             setup_bytes: Mutex::new(Vec::new()),
+            staging: Default::default(),
             ctx,
         };
         dev.note("context", dev.used_bytes()?);
@@ -259,6 +262,7 @@ impl Dev {
             "nvrtc_version": nvrtc.map(|(a, b)| format!("{a}.{b}")),
             "priority_range": { "least": self.prio_range.0, "greatest": self.prio_range.1 },
             "modules": modules,
+            "host_copies": self.staging.describe(),
             "setup_used_bytes": *self.setup_bytes.lock().unwrap_or_else(|e| e.into_inner()),
             "used_bytes_now": self.used_bytes()?,
             "pool_used_high_bytes": high,

@@ -4,12 +4,12 @@
 
 use super::device::{cu, Dev, Module, StreamRt};
 use super::memory::Buffer;
-use super::timing::Pending;
-use super::CudaBackend;
+use super::timing::{OpEvents, Pending};
+use super::{CudaBackend, Shared};
 use crate::backend::{Dtype, Event, StreamId, View};
 use crate::kernels::{Kernel, BLOCK_TOKENS};
 use crate::ExecError;
-use cudarc::driver::result;
+use cudarc::driver::{result, CudaStream};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -305,6 +305,7 @@ fn plan_copy(v: &mut Views, src: View, dst: View) -> Result<Plan, ExecError> {
         )));
     }
     let (sp, dp) = (s.ptr_of(src)?, d.ptr_of(dst)?);
+    d.forget_shadow();
     let peer = (s.device != d.device).then_some((s.device.0 as usize, d.device.0 as usize));
     let bytes = src.len * s.dtype.bytes() as usize;
     v.bufs.push(s);
@@ -318,10 +319,18 @@ pub(super) fn submit(bk: &CudaBackend, sid: StreamId, work: Work, waits: &[Event
     let srt: Arc<StreamRt> = dev.stream_rt(sid.index)?;
     let mut views = Views { bk, dev, bufs: Vec::new() };
     let plan = match &work {
-        Work::Kernel(k) => plan_kernel(&mut views, k).map_err(|e| match e {
-            ExecError::Launch(m) if !m.starts_with(k.name()) => ExecError::Launch(format!("{}: {m}", k.name())),
-            e => e,
-        })?,
+        Work::Kernel(k) => {
+            let plan = plan_kernel(&mut views, k).map_err(|e| match e {
+                ExecError::Launch(m) if !m.starts_with(k.name()) => ExecError::Launch(format!("{}: {m}", k.name())),
+                e => e,
+            })?;
+            // Ids and KV metadata are checked on the host, as the CPU kernels check them.
+            super::meta::check(k, &|v| sh.buf(v.buf).ok().and_then(|b| b.shadow_of(v)))?;
+            if let Ok(out) = sh.buf(k.output().buf) {
+                out.forget_shadow();
+            }
+            plan
+        }
         Work::Copy { src, dst } => plan_copy(&mut views, *src, *dst)?,
         Work::Spin { ns, blocks, repeat } => Plan::Launch {
             module: dev.any_module()?,
@@ -344,18 +353,7 @@ pub(super) fn submit(bk: &CudaBackend, sid: StreamId, work: Work, waits: &[Event
     {
         let blas = srt.blas.lock().unwrap_or_else(|e| e.into_inner());
         let s = &srt.stream;
-        {
-            // Under the pending lock: an event found here cannot be completed and
-            // recycled before the stream wait below has captured it.
-            let pending = sh.pending.lock().unwrap_or_else(|e| e.into_inner());
-            for w in waits {
-                match pending.get(&w.id()) {
-                    Some(p) => s.wait(&p.end).map_err(cu("cuStreamWaitEvent"))?,
-                    None if w.query().is_some() => {}
-                    None => return Err(ExecError::Launch(format!("waits on event {} of another backend", w.id()))),
-                }
-            }
-        }
+        wait_events(sh, s, waits)?;
         ev.start.record(s).map_err(cu("recording a start event"))?;
         match plan {
             Plan::Nothing => {}
@@ -402,11 +400,40 @@ pub(super) fn submit(bk: &CudaBackend, sid: StreamId, work: Work, waits: &[Event
         }
         ev.end.record(s).map_err(cu("recording an end event"))?;
     }
+    register(bk, sid, ev, &views.bufs, &seam, submit_ns)?;
+    Ok(seam)
+}
+
+/// Makes stream `s` wait on the GPU end events of `waits` (ops of this backend; one
+/// already complete needs no wait).
+pub(super) fn wait_events(sh: &Shared, s: &CudaStream, waits: &[Event]) -> Result<(), ExecError> {
+    // Under the pending lock: an event found here cannot be completed and recycled
+    // before the stream wait below has captured it.
+    let pending = sh.pending.lock().unwrap_or_else(|e| e.into_inner());
+    for w in waits {
+        match pending.get(&w.id()) {
+            Some(p) => s.wait(&p.end).map_err(cu("cuStreamWaitEvent"))?,
+            None if w.query().is_some() => {}
+            None => return Err(ExecError::Launch(format!("waits on event {} of another backend", w.id()))),
+        }
+    }
+    Ok(())
+}
+
+/// Hands a queued op (its start and end recorded) to the collector, which completes
+/// `seam`; its buffers remember it as their last use on this stream.
+pub(super) fn register(
+    bk: &CudaBackend,
+    sid: StreamId,
+    ev: Arc<OpEvents>,
+    bufs: &[Arc<Buffer>],
+    seam: &Event,
+    submit_ns: u64,
+) -> Result<(), ExecError> {
     let key = (sid.device.0, sid.index);
-    for b in &views.bufs {
+    for b in bufs {
         b.used_by(key, &ev);
     }
-    sh.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(seam.id(), ev.clone());
-    bk.send(Pending { seam: seam.clone(), ev, dev: sid.device.0 as usize, stream: sid.index, submit_ns })?;
-    Ok(seam)
+    bk.shared.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(seam.id(), ev.clone());
+    bk.send(Pending { seam: seam.clone(), ev, dev: sid.device.0 as usize, stream: sid.index, submit_ns })
 }

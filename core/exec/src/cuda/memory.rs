@@ -24,9 +24,28 @@ pub(crate) struct Buffer {
     pub ptr: u64,
     /// The end events of the last op on each stream that touched it.
     pub last_use: Mutex<Vec<(StreamKey, Arc<OpEvents>)>>,
+    /// The contents of a small i32 buffer as the host last wrote it (zeros, then
+    /// uploads), so launches can check ids, positions and KV metadata before reading
+    /// them (`meta`); None once a kernel or copy wrote it on the device.
+    pub shadow: Mutex<Option<Vec<i32>>>,
 }
 
+/// The largest i32 buffer kept on the host too (4 MiB): an iteration's metadata is a
+/// few entries per token.
+const SHADOW_MAX: usize = 1 << 20;
+
 impl Buffer {
+    /// The host copy of `v`'s elements, when the host knows them.
+    pub(super) fn shadow_of(&self, v: View) -> Option<Vec<i32>> {
+        let s = self.shadow.lock().unwrap_or_else(|e| e.into_inner());
+        s.as_ref()?.get(v.offset..v.offset + v.len).map(<[i32]>::to_vec)
+    }
+
+    /// The device wrote the buffer: its host copy is no longer known.
+    pub(super) fn forget_shadow(&self) {
+        *self.shadow.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     fn bytes(&self) -> u64 {
         self.len as u64 * self.dtype.bytes()
     }
@@ -92,7 +111,8 @@ pub(super) fn alloc(sh: &Shared, device: DeviceId, arena: Arena, dtype: Dtype, l
         }
     };
     let id = BufId(sh.next_id.fetch_add(1, Ordering::Relaxed));
-    let b = Buffer { device, arena, dtype, len, ptr, last_use: Mutex::new(Vec::new()) };
+    let shadow = (dtype == Dtype::I32 && len <= SHADOW_MAX).then(|| vec![0; len]);
+    let b = Buffer { device, arena, dtype, len, ptr, last_use: Mutex::new(Vec::new()), shadow: Mutex::new(shadow) };
     sh.bufs.write().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(b));
     Ok(id)
 }
@@ -129,17 +149,24 @@ pub(super) fn upload(sh: &Shared, dst: View, data: &HostData) -> Result<(), Exec
     dev.bind()?;
     let util = dev.util.lock().unwrap_or_else(|e| e.into_inner());
     b.wait_uses(&util)?;
-    // SAFETY: `at` addresses dst.len elements of the buffer's dtype (checked above); the
-    // host slice outlives the copy, which is synchronised before returning.
-    unsafe {
-        match data {
-            HostData::Bf16(v) => result::memcpy_htod_async(at, v.as_slice(), util.cu_stream()),
-            HostData::F32(v) => result::memcpy_htod_async(at, v.as_slice(), util.cu_stream()),
-            HostData::I32(v) => result::memcpy_htod_async(at, v.as_slice(), util.cu_stream()),
+    if let HostData::I32(v) = data {
+        if let Some(sh) = b.shadow.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            sh[dst.offset..dst.offset + dst.len].copy_from_slice(v);
         }
     }
-    .and_then(|_| util.synchronize())
-    .map_err(cu("upload"))
+    let bytes: &[u8] = match data {
+        HostData::Bf16(v) => bytemuck::cast_slice(v),
+        HostData::F32(v) => bytemuck::cast_slice(v),
+        HostData::I32(v) => bytemuck::cast_slice(v),
+    };
+    if let Some(r) = dev.staging.upload(&dev.ctx, &util, at, bytes) {
+        return r;
+    }
+    // SAFETY: `at` addresses dst.len elements of the buffer's dtype (checked above); the
+    // host slice outlives the copy, which is synchronised before returning.
+    unsafe { result::memcpy_htod_async(at, bytes, util.cu_stream()) }
+        .and_then(|_| util.synchronize())
+        .map_err(cu("upload"))
 }
 
 pub(super) fn download(sh: &Shared, src: View) -> Result<HostData, ExecError> {
@@ -157,16 +184,18 @@ pub(super) fn download(sh: &Shared, src: View) -> Result<HostData, ExecError> {
     dev.bind()?;
     let util = dev.util.lock().unwrap_or_else(|e| e.into_inner());
     b.wait_uses(&util)?;
+    let bytes: &mut [u8] = match &mut out {
+        HostData::Bf16(v) => bytemuck::cast_slice_mut(v),
+        HostData::F32(v) => bytemuck::cast_slice_mut(v),
+        HostData::I32(v) => bytemuck::cast_slice_mut(v),
+    };
+    if let Some(r) = dev.staging.download(&dev.ctx, &util, at, bytes) {
+        return r.map(|_| out);
+    }
     // SAFETY: as in upload; the host vector is sized to the view and lives until the
     // stream is synchronised.
-    unsafe {
-        match &mut out {
-            HostData::Bf16(v) => result::memcpy_dtoh_async(v.as_mut_slice(), at, util.cu_stream()),
-            HostData::F32(v) => result::memcpy_dtoh_async(v.as_mut_slice(), at, util.cu_stream()),
-            HostData::I32(v) => result::memcpy_dtoh_async(v.as_mut_slice(), at, util.cu_stream()),
-        }
-    }
-    .and_then(|_| util.synchronize())
-    .map_err(cu("download"))?;
+    unsafe { result::memcpy_dtoh_async(bytes, at, util.cu_stream()) }
+        .and_then(|_| util.synchronize())
+        .map_err(cu("download"))?;
     Ok(out)
 }

@@ -1,10 +1,13 @@
 //! The CUDA backend (cudarc 0.19, libraries loaded at run time; executor.md).
 //!
 //! - `device`: one primary context per GPU, streams per priority class, the memory pool.
-//! - `memory`: allocations charged to the ledger by arena, uploads and downloads.
+//! - `memory`: allocations charged to the ledger by arena, uploads and downloads
+//!   (through pinned host chunks, `staging`).
 //! - `nvrtc` + `kernels.cu`: every op but the GEMMs, compiled at run time and cached.
 //! - `blas`: cuBLAS for every GEMM (one handle per stream, workspace in our arena).
 //! - `launch`: a [`Kernel`] checked and turned into one launch; copies (peer included).
+//! - `meta`: host copies of uploaded i32 metadata, checked before a launch reads it.
+//! - `nccl`: NCCL for the tensor-parallel all-reduce when libnccl is present.
 //! - `timing`: start/end events per op from a pool, read by a collector thread that
 //!   completes the backend-neutral [`Event`]s.
 //!
@@ -18,7 +21,10 @@ mod blas;
 mod device;
 mod launch;
 mod memory;
+mod meta;
+mod nccl;
 pub mod nvrtc;
+mod staging;
 mod timing;
 
 use crate::backend::*;
@@ -32,6 +38,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::Instant;
 use timing::{OpEvents, Pending};
+
+pub use nccl::{choose as choose_collective, Choice as CollectiveChoice, NcclMode};
 
 /// Runs `f`, turning a panic inside cudarc (a library or symbol it could not load) into
 /// a typed error naming `what`.
@@ -66,7 +74,7 @@ pub fn libraries() -> Libraries {
         driver: probe(|| unsafe { cudarc::driver::sys::is_culib_present() }),
         cublas: probe(|| unsafe { cudarc::cublas::sys::is_culib_present() }),
         nvrtc: probe(|| unsafe { cudarc::nvrtc::sys::is_culib_present() }),
-        nccl: false,
+        nccl: probe(|| unsafe { cudarc::nccl::sys::is_culib_present() }),
     }
 }
 
@@ -119,14 +127,21 @@ pub struct CudaBackend {
     infos: Vec<DeviceInfo>,
     tx: Mutex<Option<mpsc::Sender<Pending>>>,
     collector: Mutex<Option<std::thread::JoinHandle<()>>>,
+    nccl: nccl::Nccl,
 }
 
 impl CudaBackend {
     /// Opens the GPUs `ordinals` (`cuda:N` is device N of this backend's list order).
     /// Errors, never panics: [`ExecError::NoCuda`] when the driver, cuBLAS or NVRTC is
-    /// missing or there is no such GPU.
+    /// missing or there is no such GPU. NCCL as `SLICESCHED_NCCL` says ([`NcclMode`]).
     pub fn try_new(ordinals: &[usize]) -> Result<Self, ExecError> {
+        Self::try_new_with(ordinals, NcclMode::from_env()?)
+    }
+
+    /// [`CudaBackend::try_new`] with the NCCL mode given.
+    pub fn try_new_with(ordinals: &[usize], nccl_mode: NcclMode) -> Result<Self, ExecError> {
         require_libraries()?;
+        let nccl = nccl::Nccl::new(nccl_mode, libraries().nccl)?;
         let count = guard("libcuda", || {
             cudarc::driver::result::init().map_err(|e| ExecError::NoCuda { missing: format!("cuInit failed: {e}") })?;
             cudarc::driver::result::device::get_count().map_err(|e| ExecError::Cuda(format!("cuDeviceGetCount: {e}")))
@@ -159,7 +174,7 @@ impl CudaBackend {
             .name("cuda-collector".into())
             .spawn(move || timing::collector(sh, rx))
             .map_err(|e| ExecError::Cuda(format!("cannot start the collector thread: {e}")))?;
-        Ok(Self { shared, infos, tx: Mutex::new(Some(tx)), collector: Mutex::new(Some(h)) })
+        Ok(Self { shared, infos, tx: Mutex::new(Some(tx)), collector: Mutex::new(Some(h)), nccl })
     }
 
     /// Facts about device `d` for reports: name, compute capability, priority range,
@@ -181,6 +196,14 @@ impl CudaBackend {
         waits: &[Event],
     ) -> Result<Event, ExecError> {
         guard("launch", || launch::submit(self, stream, launch::Work::Spin { ns, blocks, repeat }, waits))
+    }
+
+    /// Uploads and downloads through pinned host chunks (the default) or pageable
+    /// memory: the GPU check measures both.
+    pub fn set_pinned_staging(&self, on: bool) {
+        for d in &self.shared.devs {
+            d.staging.set_enabled(on);
+        }
     }
 
     /// Blocks until every stream of every device is idle.
@@ -269,6 +292,12 @@ impl Backend for CudaBackend {
     }
     fn device_of(&self, buf: BufId) -> Result<DeviceId, ExecError> {
         Ok(self.shared.buf(buf)?.device)
+    }
+    fn all_reduce(&self, ranks: &[ReduceRank]) -> Result<Option<Vec<Event>>, ExecError> {
+        guard("all-reduce", || nccl::all_reduce(self, ranks))
+    }
+    fn collectives(&self) -> String {
+        self.nccl.describe()
     }
 }
 

@@ -2,13 +2,15 @@
 //! its placement names, after its inputs' events, with a copy for every input produced
 //! on another device.
 
+use super::collective::CollectiveStats;
+pub(super) use super::meta::{prepare, Meta, Part};
 use super::{ExecBatch, Runner, Tenant};
 use crate::backend::{Arena, Backend, BufId, DeviceId, Dtype, Event, HostData, StreamId, View};
-use crate::kernels::{Heads, Kernel};
+use crate::kernels::Kernel;
 use crate::ExecError;
 use serde::Serialize;
-use slicesched_model::{DecodeItem, IterationBatch, IterationDag, OpKind, PrefillItem, Segment};
-use std::collections::HashMap;
+use slicesched_model::{IterationDag, OpKind, Segment};
+use std::sync::Arc;
 
 /// Where one op runs: a group of the tenant (0 is home) and its stream priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +49,7 @@ pub(super) struct OpRec {
     group: usize,
     /// Ranks the op ran on (its launches are spread evenly over them).
     ranks: usize,
-    kernels: Vec<Event>,
+    pub(super) kernels: Vec<Event>,
     copies: Vec<(Event, u64)>,
 }
 
@@ -75,43 +77,27 @@ pub struct IterOutput {
 /// One rank's copy of a tensor: where it is and the event that completes it.
 #[derive(Clone)]
 pub(super) struct Loc {
-    view: View,
-    dtype: Dtype,
-    device: DeviceId,
-    ready: Event,
-}
-
-/// Offsets of the per-iteration i32 metadata, uploaded once to each device that reads it.
-pub(super) struct Meta {
-    host: Vec<i32>,
-    parts: [(usize, usize); 7],
-    on: HashMap<DeviceId, View>,
-}
-
-#[derive(Clone, Copy)]
-enum Part {
-    Ids = 0,
-    Positions,
-    Slots,
-    Tables,
-    QStart,
-    Ctx,
-    Sampled,
+    pub(super) view: View,
+    pub(super) dtype: Dtype,
+    pub(super) device: DeviceId,
+    pub(super) ready: Event,
 }
 
 pub(super) struct Build<'a> {
     pub b: &'a dyn Backend,
     pub bufs: Vec<BufId>,
     pub meta: Meta,
+    /// Which path each all-reduce took (the runner's counters).
+    pub stats: Arc<CollectiveStats>,
 }
 
 impl Build<'_> {
-    fn alloc(&mut self, dev: DeviceId, dtype: Dtype, len: usize) -> Result<View, ExecError> {
+    pub(super) fn alloc(&mut self, dev: DeviceId, dtype: Dtype, len: usize) -> Result<View, ExecError> {
         let id = self.b.alloc(dev, Arena::Workspace, dtype, len)?;
         self.bufs.push(id);
         Ok(View::whole(id, len))
     }
-    fn meta(&mut self, dev: DeviceId, part: Part) -> Result<View, ExecError> {
+    pub(super) fn meta(&mut self, dev: DeviceId, part: Part) -> Result<View, ExecError> {
         let whole = match self.meta.on.get(&dev) {
             Some(v) => *v,
             None => {
@@ -126,7 +112,7 @@ impl Build<'_> {
         Ok(whole.sub(off, len))
     }
     /// `loc` readable on `dev`: itself, or a copy queued on `stream`.
-    fn on(&mut self, loc: &Loc, dev: DeviceId, stream: StreamId, rec: &mut OpRec) -> Result<Loc, ExecError> {
+    pub(super) fn on(&mut self, loc: &Loc, dev: DeviceId, stream: StreamId, rec: &mut OpRec) -> Result<Loc, ExecError> {
         if loc.device == dev {
             return Ok(loc.clone());
         }
@@ -153,7 +139,7 @@ impl Runner<'_> {
         let dag = t.model.config.iteration_dag(&ib, t.tp as u32);
         let places: Vec<OpPlace> = dag.ops().map(|o| place(o.index, o.spec.kind, o.segment)).collect();
         check_locality(t, &dag, &places)?;
-        let mut bld = Build { b, bufs: Vec::new(), meta };
+        let mut bld = Build { b, bufs: Vec::new(), meta, stats: self.collectives.clone() };
         match launch_all(t, &dag, &places, &mut bld, ib.tokens() as usize, ib.sampled() as usize) {
             Ok((ops, tokens, logits)) => {
                 let sampled = batch.seqs.iter().filter(|s| s.samples || !s.prefill).map(|s| s.seq).collect();
@@ -209,6 +195,9 @@ impl Runner<'_> {
     }
 }
 
+/// Sampled rows' f32 logits, one vector per row.
+pub(super) type Logits = Vec<Vec<f32>>;
+
 /// Waits for the sampled ids and downloads them, with the logits (row-major, shards
 /// concatenated) when asked.
 pub(super) fn collect(
@@ -216,7 +205,7 @@ pub(super) fn collect(
     tokens: &(View, Event),
     (v, shards, rows, n): (View, usize, usize, usize),
     want_logits: bool,
-) -> Result<(Vec<i32>, Option<Vec<Vec<f32>>>), ExecError> {
+) -> Result<(Vec<i32>, Option<Logits>), ExecError> {
     tokens.1.wait()?;
     let HostData::I32(ids) = b.download(tokens.0)? else { unreachable!("tokens are i32") };
     let logits = if want_logits {
@@ -271,69 +260,6 @@ pub(super) fn timing(r: &OpRec) -> Result<OpTiming, ExecError> {
     }
     t.busy_ns /= r.ranks.max(1) as u64;
     err.map_or(Ok(t), Err)
-}
-
-/// The DAG's batch and the i32 metadata (ids, positions, KV slots, block tables).
-pub(super) fn prepare(t: &mut Tenant, batch: &ExecBatch) -> Result<(IterationBatch, Meta), ExecError> {
-    let mut ib = IterationBatch::default();
-    let (mut ids, mut pos, mut slots, mut q_start, mut ctx, mut sampled) =
-        (Vec::new(), Vec::new(), Vec::new(), vec![0i32], Vec::new(), Vec::new());
-    let mut tables: Vec<Vec<i32>> = Vec::new();
-    let max_pos = t.model.numerics.max_positions;
-    for (i, s) in batch.seqs.iter().enumerate() {
-        if s.tokens.is_empty() || (!s.prefill && s.tokens.len() != 1) {
-            return Err(ExecError::Placement(format!(
-                "sequence {}: a decode computes one token, a chunk at least one",
-                s.seq
-            )));
-        }
-        if s.prefill && i > 0 && !batch.seqs[i - 1].prefill {
-            return Err(ExecError::Placement("prefill chunks must come before decodes in a batch".into()));
-        }
-        let end = s.start_pos + s.tokens.len();
-        if end > max_pos {
-            return Err(ExecError::Placement(format!(
-                "sequence {}: position {end} beyond the model's {max_pos}",
-                s.seq
-            )));
-        }
-        let blocks = t.blocks_for(s.seq, end)?.to_vec();
-        for (j, &tok) in s.tokens.iter().enumerate() {
-            let p = s.start_pos + j;
-            ids.push(tok);
-            pos.push(p as i32);
-            slots.push(blocks[p / 16] * 16 + (p % 16) as i32);
-        }
-        q_start.push(ids.len() as i32);
-        ctx.push(end as i32);
-        tables.push(blocks);
-        if s.prefill {
-            ib.prefills.push(PrefillItem {
-                chunk: s.tokens.len() as u32,
-                prior_kv: s.start_pos as u32,
-                samples: s.samples,
-            });
-            if s.samples {
-                sampled.push(ids.len() as i32 - 1);
-            }
-        } else {
-            ib.decodes.push(DecodeItem { kv_len: end as u32 });
-            sampled.push(ids.len() as i32 - 1);
-        }
-    }
-    if ib.is_empty() {
-        return Err(ExecError::Placement("an empty batch".into()));
-    }
-    let max_blocks = tables.iter().map(Vec::len).max().unwrap_or(0);
-    let flat: Vec<i32> =
-        tables.iter().flat_map(|b| b.iter().copied().chain(std::iter::repeat(-1)).take(max_blocks)).collect();
-    let mut host = Vec::new();
-    let mut parts = [(0, 0); 7];
-    for (i, p) in [ids, pos, slots, flat, q_start, ctx, sampled].into_iter().enumerate() {
-        parts[i] = (host.len(), p.len());
-        host.extend(p);
-    }
-    Ok((ib, Meta { host, parts, on: HashMap::new() }))
 }
 
 fn layer_of(seg: Segment) -> Option<usize> {
@@ -442,46 +368,8 @@ pub(super) fn launch_one(
         let mut outs = Vec::with_capacity(tp);
         let kind = op.spec.kind;
         if kind.is_collective() {
-            // Every rank gathers every rank's part (copies), then reduces or concatenates
-            // locally in rank order, so all ranks end with identical bits.
-            let src = act(acts, preds[0])?;
-            let targets: Vec<usize> = if kind == OpKind::AllGather { vec![0] } else { (0..tp).collect() };
-            for r in targets {
-                let dev = g.ranks[r].device;
-                let s = b.stream(dev, p.priority)?;
-                let parts = (0..tp).map(|q| bld.on(&src[q], dev, s, &mut rec)).collect::<Result<Vec<_>, _>>()?;
-                let waits: Vec<Event> = parts.iter().map(|l| l.ready.clone()).collect();
-                if kind == OpKind::AllReduce {
-                    let out = bld.alloc(dev, Dtype::Bf16, src[0].view.len)?;
-                    let ev = b.launch(s, Kernel::Sum { parts: parts.iter().map(|l| l.view).collect(), out }, &waits)?;
-                    rec.kernels.push(ev.clone());
-                    outs.push(Loc { view: out, dtype: Dtype::Bf16, device: dev, ready: ev });
-                } else {
-                    let n = src[0].view.len;
-                    let out = bld.alloc(dev, Dtype::F32, n * tp)?;
-                    let mut evs = Vec::new();
-                    for (q, l) in parts.iter().enumerate() {
-                        let ev = b.copy(s, l.view, out.sub(q * n, n), &waits)?;
-                        rec.kernels.push(ev.clone());
-                        evs.push(ev);
-                    }
-                    let ids = bld.alloc(dev, Dtype::I32, sampled)?;
-                    let ev = b.launch(
-                        s,
-                        Kernel::Argmax {
-                            logits: out,
-                            out: ids,
-                            rows: sampled,
-                            shards: tp,
-                            shard_n: n / sampled.max(1),
-                        },
-                        &evs,
-                    )?;
-                    rec.kernels.push(ev.clone());
-                    *result = Some(((ids, ev.clone()), (out, tp, sampled, n / sampled.max(1))));
-                    outs.push(Loc { view: out, dtype: Dtype::F32, device: dev, ready: ev });
-                }
-            }
+            let src = act(acts, preds[0])?.clone();
+            outs = super::collective::launch(kind, g, p.priority, &src, bld, &mut rec, sampled, result)?;
         } else {
             for r in 0..tp {
                 let rank = &g.ranks[r];
@@ -502,7 +390,7 @@ pub(super) fn launch_one(
                     waits.push(l.ready.clone());
                     ins.push(l);
                 }
-                let (out, ev) = launch_op(
+                let (out, ev) = super::ops::launch_op(
                     t,
                     r,
                     rank,
@@ -539,145 +427,4 @@ fn act(acts: &[Option<Vec<Loc>>], i: u32) -> Result<&Vec<Loc>, ExecError> {
     acts.get(i as usize)
         .and_then(|a| a.as_ref())
         .ok_or_else(|| ExecError::Placement(format!("op {i}'s output is needed before the op ran")))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn launch_op(
-    t: &Tenant,
-    r: usize,
-    rank: &super::RankWeights,
-    kind: OpKind,
-    layer: Option<usize>,
-    ins: &[Loc],
-    waits: &[Event],
-    s: StreamId,
-    bld: &mut Build,
-    rec: &mut OpRec,
-    (tokens, sampled, h, eps, heads): (usize, usize, usize, f32, Heads),
-) -> Result<(View, Event), ExecError> {
-    let b = bld.b;
-    let dev = rank.device;
-    let lw = || {
-        layer
-            .and_then(|l| rank.layers[l].as_ref())
-            .ok_or_else(|| ExecError::Placement(format!("{}: layer weights missing", kind.name())))
-    };
-    let inter = rank.shard.inter.len();
-    let launch = |rec: &mut OpRec, k: Kernel, w: &[Event]| -> Result<Event, ExecError> {
-        let ev = b.launch(s, k, w)?;
-        rec.kernels.push(ev.clone());
-        Ok(ev)
-    };
-    let gemm = |bld: &mut Build,
-                x: View,
-                w: View,
-                n: usize,
-                k: usize,
-                dtype: Dtype,
-                m: usize|
-     -> Result<(View, Kernel), ExecError> {
-        let y = bld.alloc(dev, dtype, m * n)?;
-        Ok((y, Kernel::Gemm { x, w, y, m, n, k }))
-    };
-    let out_ev = match kind {
-        OpKind::Embedding => {
-            let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
-            let ids = bld.meta(dev, Part::Ids)?;
-            let table = rank.embed.ok_or_else(|| ExecError::Placement("embedding not on this group".into()))?;
-            (out, launch(rec, Kernel::Embedding { ids, table, out, hidden: h }, waits)?)
-        }
-        OpKind::InputNorm | OpKind::PostAttnNorm => {
-            let l = lw()?;
-            let weight = if kind == OpKind::InputNorm { l.input_norm } else { l.post_norm };
-            let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
-            (out, launch(rec, Kernel::RmsNorm { x: ins[0].view, weight, out, rows: tokens, width: h, eps }, waits)?)
-        }
-        OpKind::QkvProj => {
-            let (y, k) = gemm(bld, ins[0].view, lw()?.qkv, heads.row(), h, Dtype::Bf16, tokens)?;
-            (y, launch(rec, k, waits)?)
-        }
-        OpKind::Rope => {
-            let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.row())?;
-            let positions = bld.meta(dev, Part::Positions)?;
-            let c = b.copy(s, ins[0].view, out, waits)?;
-            rec.kernels.push(c.clone());
-            let k = Kernel::Rope {
-                qkv: out,
-                positions,
-                table: rank.rope,
-                tokens,
-                heads,
-                max_pos: t.model.numerics.max_positions,
-            };
-            (out, launch(rec, k, &[c])?)
-        }
-        OpKind::Attention => {
-            let l = layer.expect("attention is in a layer");
-            if t.kv[r].device != dev {
-                return Err(ExecError::Placement("attention away from its KV cache".into()));
-            }
-            // Everything an op's kernels need is allocated before its first launch, so
-            // they run back to back instead of the stream sleeping between them.
-            let cache = t.kv[r].caches[l];
-            let slots = bld.meta(dev, Part::Slots)?;
-            let qkv = ins[0].view;
-            let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.q * heads.dim)?;
-            let seqs = bld.meta.parts[Part::Ctx as usize].1;
-            let max_blocks = bld.meta.parts[Part::Tables as usize].1 / seqs.max(1);
-            let k = Kernel::Attention {
-                qkv,
-                cache,
-                block_tables: bld.meta(dev, Part::Tables)?,
-                q_start: bld.meta(dev, Part::QStart)?,
-                ctx_lens: bld.meta(dev, Part::Ctx)?,
-                out,
-                seqs,
-                max_blocks,
-                heads,
-            };
-            let cw = launch(rec, Kernel::CacheWrite { qkv, slots, cache, tokens, heads }, waits)?;
-            (out, launch(rec, k, &[cw])?)
-        }
-        OpKind::OProj => {
-            let (y, k) = gemm(bld, ins[0].view, lw()?.o, h, heads.q * heads.dim, Dtype::Bf16, tokens)?;
-            (y, launch(rec, k, waits)?)
-        }
-        OpKind::ResidualAdd => {
-            let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
-            (out, launch(rec, Kernel::Add { a: ins[0].view, b: ins[1].view, out }, waits)?)
-        }
-        OpKind::GateUpProj => {
-            let (y, k) = gemm(bld, ins[0].view, lw()?.gate_up, 2 * inter, h, Dtype::Bf16, tokens)?;
-            (y, launch(rec, k, waits)?)
-        }
-        OpKind::Activation => {
-            let out = bld.alloc(dev, Dtype::Bf16, tokens * inter)?;
-            (out, launch(rec, Kernel::SiluMul { x: ins[0].view, out, rows: tokens, inter }, waits)?)
-        }
-        OpKind::DownProj => {
-            let (y, k) = gemm(bld, ins[0].view, lw()?.down, h, inter, Dtype::Bf16, tokens)?;
-            (y, launch(rec, k, waits)?)
-        }
-        OpKind::FinalNorm => {
-            let rows = bld.meta(dev, Part::Sampled)?;
-            let g = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
-            let out = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
-            let weight = rank.final_norm.ok_or_else(|| ExecError::Placement("final norm not on this group".into()))?;
-            let ge = launch(rec, Kernel::GatherRows { x: ins[0].view, rows, out: g, width: h }, waits)?;
-            (out, launch(rec, Kernel::RmsNorm { x: g, weight, out, rows: sampled, width: h, eps }, &[ge])?)
-        }
-        OpKind::LmHead => {
-            let w = rank.lm_head.ok_or_else(|| ExecError::Placement("LM head not on this group".into()))?;
-            let (y, k) = gemm(bld, ins[0].view, w, rank.shard.vocab.len(), h, Dtype::F32, sampled)?;
-            (y, launch(rec, k, waits)?)
-        }
-        OpKind::AllReduce | OpKind::AllGather | OpKind::Transfer => {
-            return Err(ExecError::Launch(format!("{} is not a per-rank op", kind.name())))
-        }
-        // `load::shard` refuses mixture-of-experts models before anything is loaded.
-        OpKind::Router | OpKind::ExpertUp | OpKind::ExpertDown | OpKind::AllToAll => {
-            return Err(ExecError::Launch(format!("{}: the CPU executor does not run mixture-of-experts", kind.name())))
-        }
-    };
-    Ok(out_ev)
 }

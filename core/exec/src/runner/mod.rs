@@ -1,10 +1,14 @@
 //! The iteration runner: a tenant's weight copies and KV cache on devices, and the
 //! launch of one iteration's operator DAG (the simulator's, op for op) under a placement.
 
+mod collective;
 mod iter;
 mod load;
+mod meta;
+mod ops;
 mod step;
 
+pub use collective::{CollectiveReport, CollectiveStats};
 pub use iter::{IterOutput, OpPlace, OpTiming, Pending};
 pub use load::{shard, LayerRange, Shard};
 pub use step::{SampledOutput, Stepper};
@@ -82,11 +86,18 @@ impl Tenant {
 pub struct Runner<'b> {
     pub backend: &'b dyn Backend,
     pub tenants: Vec<Tenant>,
+    /// Which path the all-reduces took (library or copies + Sum).
+    pub collectives: std::sync::Arc<CollectiveStats>,
 }
 
 impl<'b> Runner<'b> {
     pub fn new(backend: &'b dyn Backend) -> Self {
-        Self { backend, tenants: Vec::new() }
+        Self { backend, tenants: Vec::new(), collectives: Default::default() }
+    }
+
+    /// The all-reduce paths taken so far, with the backend's account of why.
+    pub fn collective_report(&self) -> CollectiveReport {
+        self.collectives.report(self.backend.collectives())
     }
 
     /// Loads a tenant at home on `devices` (its tensor-parallel group) with a KV cache of

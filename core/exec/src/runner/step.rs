@@ -37,7 +37,7 @@ impl<'b> Runner<'b> {
             batch: ib,
             seqs: batch.seqs.iter().map(|s| s.seq).collect(),
             sampled: batch.seqs.iter().filter(|s| s.samples || !s.prefill).map(|s| s.seq).collect(),
-            bld: Build { b, bufs: Vec::new(), meta },
+            bld: Build { b, bufs: Vec::new(), meta, stats: self.collectives.clone() },
             result: None,
         })
     }

@@ -65,15 +65,13 @@ pub fn generate(
     let mut logits = Vec::new();
     let mut batch =
         ExecBatch { seqs: vec![SeqWork { seq, tokens: prompt.to_vec(), start_pos: 0, prefill: true, samples: true }] };
-    let mut pos = prompt.len();
-    for _ in 0..steps {
+    for pos in prompt.len()..prompt.len() + steps {
         let out = r.run(tenant, &batch, place, true).unwrap();
         let t = out.tokens[0].1;
         toks.push(t);
         logits.push(out.logits.unwrap().remove(0));
         batch =
             ExecBatch { seqs: vec![SeqWork { seq, tokens: vec![t], start_pos: pos, prefill: false, samples: true }] };
-        pos += 1;
     }
     r.release(tenant, seq);
     (toks, logits)

@@ -373,8 +373,7 @@ pub fn model(h: &mut Harness, gpu: &CudaBackend) -> Result<(bool, String)> {
         let mut batch = ExecBatch {
             seqs: vec![SeqWork { seq, tokens: prompt.clone(), start_pos: 0, prefill: true, samples: true }],
         };
-        let mut pos = prompt.len();
-        for _ in 0..6 {
+        for pos in prompt.len()..prompt.len() + 6 {
             let oc = rc.run(tc, &batch, &place, true)?;
             let og = rg.run(tg, &batch, &place, true)?;
             let (lc, lg) = (oc.logits.context("cpu logits")?.remove(0), og.logits.context("gpu logits")?.remove(0));
@@ -390,7 +389,6 @@ pub fn model(h: &mut Harness, gpu: &CudaBackend) -> Result<(bool, String)> {
             batch = ExecBatch {
                 seqs: vec![SeqWork { seq, tokens: vec![t], start_pos: pos, prefill: false, samples: true }],
             };
-            pos += 1;
         }
         rc.release(tc, seq);
         rg.release(tg, seq);

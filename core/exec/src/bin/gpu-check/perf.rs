@@ -32,7 +32,7 @@ pub fn probe(h: &mut Harness) -> Result<(bool, String)> {
     with.push(format!("-I{home}/include"));
     let with_inc = cuda::nvrtc::compile_source(src, &with).map(|_| "ok").unwrap_or("fails");
     h.emit(json!({
-        "section": "a_probe", "libraries": { "driver": l.driver, "cublas": l.cublas, "nvrtc": l.nvrtc },
+        "section": "a_probe", "libraries": { "driver": l.driver, "cublas": l.cublas, "nvrtc": l.nvrtc, "nccl": l.nccl },
         "nvrtc_version": nv, "loaded": libs, "cuda_bf16_h": { "no_include": no_inc, "with_include": with_inc, "cuda_home": home },
     }));
     let ok = l.driver && l.cublas && l.nvrtc;
@@ -252,12 +252,25 @@ pub fn copies(h: &mut Harness, g: &CudaBackend) -> Result<(bool, String)> {
     let a = alloc_rand(g, Dtype::Bf16, n, 1)?;
     let b = g.alloc(d, Arena::Workspace, Dtype::Bf16, n)?;
     let host = HostData::Bf16(vec![bf16::ONE; n]);
-    let t = Instant::now();
-    g.upload(a, &host)?;
-    let h2d = bytes / t.elapsed().as_secs_f64() / 1e9;
-    let t = Instant::now();
-    let _ = g.download(a)?;
-    let d2h = bytes / t.elapsed().as_secs_f64() / 1e9;
+    // The backend's uploads and downloads, through its pinned chunks and pageable
+    // (best of 3 each: the first pinned copy also allocates the chunks).
+    let rate = |pinned: bool| -> Result<(f64, f64)> {
+        g.set_pinned_staging(pinned);
+        let (mut up, mut down) = (0.0f64, 0.0f64);
+        for _ in 0..3 {
+            let t = Instant::now();
+            g.upload(a, &host)?;
+            up = up.max(bytes / t.elapsed().as_secs_f64() / 1e9);
+            let t = Instant::now();
+            let back = g.download(a)?;
+            down = down.max(bytes / t.elapsed().as_secs_f64() / 1e9);
+            anyhow::ensure!(back == host, "a download differs from the upload (pinned {pinned})");
+        }
+        Ok((up, down))
+    };
+    let (h2d, d2h) = rate(false)?;
+    let (h2d_pin, d2h_pin) = rate(true)?;
+    let staging = g.describe(d)?["host_copies"].clone();
     let s = g.stream(d, 0)?;
     let e = g.copy(s, a, View::whole(b, n), &[])?.wait()?;
     let d2d = 2.0 * bytes / e.duration_ns() as f64; // read + write, GB/s
@@ -276,12 +289,46 @@ pub fn copies(h: &mut Harness, g: &CudaBackend) -> Result<(bool, String)> {
         Err(_) => None,
     };
     h.emit(json!({ "section": "f_copies", "bytes": bytes, "h2d_pageable_gbs": h2d, "d2h_pageable_gbs": d2h,
-        "d2d_gbs_read_plus_write": d2d, "peer_same_gpu_gbs": peer, "pinned": "not measured (the backend's uploads are pageable)" }));
+        "h2d_pinned_gbs": h2d_pin, "d2h_pinned_gbs": d2h_pin, "staging": staging,
+        "d2d_gbs_read_plus_write": d2d, "peer_same_gpu_gbs": peer }));
     Ok((
         true,
         format!(
-            "H2D {h2d:.1} / D2H {d2h:.1} GB/s pageable, D2D {d2d:.0} GB/s, peer path (same GPU) {:?} GB/s",
+            "H2D {h2d_pin:.1} / D2H {d2h_pin:.1} GB/s pinned vs {h2d:.1} / {d2h:.1} pageable, D2D {d2d:.0} GB/s, peer path (same GPU) {:?} GB/s",
             peer.map(|p| p.round())
+        ),
+    ))
+}
+
+/// NCCL on one GPU: a 1-rank all-reduce through the backend (the library loads, a
+/// communicator is made, the sum of one part is that part). Bandwidth needs two GPUs.
+pub fn nccl(h: &mut Harness) -> Result<(bool, String)> {
+    if !cuda::libraries().nccl {
+        h.emit(json!({ "section": "f_nccl", "present": false }));
+        return Ok((true, "skipped: no libnccl on the path (the runner's copies + Sum path is used)".into()));
+    }
+    let g = CudaBackend::try_new_with(&[0], cuda::NcclMode::Require)?;
+    let d = DeviceId(0);
+    let n = 16 << 20;
+    let src = alloc_rand(&g, Dtype::Bf16, n, 3)?;
+    let dst = View::whole(g.alloc(d, Arena::Workspace, Dtype::Bf16, n)?, n);
+    let stream = g.stream(d, 0)?;
+    let mut times = Vec::new();
+    for _ in 0..6 {
+        let r = ReduceRank { stream, src, dst, waits: vec![] };
+        let ev = g.all_reduce(&[r])?.ok_or_else(|| anyhow::anyhow!("the backend declined NCCL"))?;
+        times.push(ev[0].wait()?.duration_ns() as f64 / 1e3);
+    }
+    let same = g.download(src)? == g.download(dst)?;
+    let us = pct(&mut times[1..].to_vec(), 0.5);
+    let about = g.collectives();
+    h.emit(json!({ "section": "f_nccl", "present": true, "elements": n, "us_p50": us, "sum_of_one_is_itself": same, "backend": about }));
+    Ok((
+        same,
+        format!(
+            "{about}: 1-rank all-reduce of {} MiB in {us:.0} µs, result {}",
+            (2 * n) >> 20,
+            if same { "exact" } else { "WRONG" }
         ),
     ))
 }
