@@ -229,7 +229,11 @@ pub(crate) fn sweep_scenario(
                     m.oom_events, policies[p]
                 ));
             }
-            per_policy[p].points.insert(scale, m.violation_rate);
+            if m.stopped_early {
+                per_policy[p].points.insert_lower_bound(scale, m.violation_rate);
+            } else {
+                per_policy[p].points.insert(scale, m.violation_rate);
+            }
             per_policy[p].measured.push((scale, m));
         }
     }

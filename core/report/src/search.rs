@@ -52,6 +52,10 @@ pub enum Step {
 #[derive(Debug, Clone, Default)]
 pub struct Points {
     pts: Vec<(f64, f64)>,
+    /// Scales whose violation rate is only a lower bound (a replay stopped once it was
+    /// over every target): they bracket, but a line through them would put the crossing
+    /// next to them, so the search bisects where they are an end.
+    bounds: Vec<f64>,
 }
 
 /// What ln(violations) adds to the rate so that a point with none still has a
@@ -74,7 +78,18 @@ impl Points {
         self.pts.iter().find(|p| same(p.0, scale)).map(|p| p.1)
     }
 
+    /// Records a point whose violation rate is at least `violation` (see `bounds`).
+    pub fn insert_lower_bound(&mut self, scale: f64, violation: f64) {
+        self.insert(scale, violation);
+        self.bounds.push(scale);
+    }
+
+    fn exact(&self, scale: f64) -> bool {
+        !self.bounds.iter().any(|&b| same(b, scale))
+    }
+
     pub fn insert(&mut self, scale: f64, violation: f64) {
+        self.bounds.retain(|&b| !same(b, scale));
         if let Some(p) = self.pts.iter_mut().find(|p| same(p.0, scale)) {
             p.1 = violation;
             return;
@@ -87,6 +102,9 @@ impl Points {
     /// as a fraction of ln(h / l): linear in ln(violations + a floor) over ln(scale).
     fn interpolate(&self, l: f64, h: f64, target: f64) -> f64 {
         let (Some(vl), Some(vh)) = (self.get(l), self.get(h)) else { return 0.5 };
+        if !self.exact(l) || !self.exact(h) {
+            return 0.5;
+        }
         let y = |v: f64| (v + floor(target)).ln();
         let f = (y(target) - y(vl)) / (y(vh) - y(vl));
         if f.is_finite() {
@@ -106,6 +124,9 @@ impl Points {
         } else {
             *self.pts.iter().find(|p| p.0 > edge && !same(p.0, edge))?
         };
+        if !self.exact(edge) || !self.exact(s2) {
+            return None;
+        }
         let y = |v: f64| (v + floor(target)).ln();
         let slope = (y(v2) - y(ve)) / (s2.ln() - edge.ln());
         let x = ((y(target) - y(ve)) / slope).exp();
@@ -349,6 +370,22 @@ mod tests {
         let (o, calls) = run(|s| if s > 3.3 { 0.5 } else { 0.0 }, 0.1, &opts);
         assert!(matches!(o, Outcome::Found(s) if (3.3 / 1.03..=3.3).contains(&s)), "{o:?}");
         assert!(calls <= 12, "a step function: {calls}");
+    }
+
+    /// A point known only to violate by at least its value is an end the search bisects
+    /// from, instead of interpolating next to it.
+    #[test]
+    fn lower_bounds_bracket_but_are_not_interpolated() {
+        let opts = SearchOpts::default();
+        let mut pts = Points::default();
+        pts.insert(0.5, 0.0758);
+        pts.insert_lower_bound(1.0, 0.0901);
+        let Step::Measure(next) = next_step(&pts, 0.09, &opts, 1) else { panic!() };
+        assert!((next[0] - 0.5f64.sqrt()).abs() < 1e-12, "{next:?}");
+        // Measured exactly later, it interpolates again.
+        pts.insert(1.0, 0.30);
+        let Step::Measure(next) = next_step(&pts, 0.09, &opts, 1) else { panic!() };
+        assert!(next[0] < 0.6, "{next:?}");
     }
 
     #[test]
