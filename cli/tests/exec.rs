@@ -181,18 +181,7 @@ fn run_serves_requests_from_pooled_serving_replicas() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = tmp("run-pooled");
-    let o = bin()
-        .args(["run", "--executor", "cpu", "--quiet", "--policy", "native:pooled", "--scenario"])
-        .arg(&scn)
-        .arg("--cost-profile")
-        .arg(&prof)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let s = run_on_cpu(&scn, &prof, "native:pooled", "run-pooled");
     assert_eq!(s["oom_events"], 0);
     assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
     assert_eq!(s["requests"], s["completed"].as_u64().unwrap() + s["dropped"].as_array().map_or(0, |d| d.len() as u64));
@@ -208,18 +197,7 @@ fn run_serves_requests_from_pooled_serving_replicas() {
     // measured times): the executor runs them on weights loaded once. It used to refuse
     // them ("holds none of its weights"), failing the run;
     // `core/exec/tests/forward.rs` checks the sharing itself.
-    let out = tmp("run-slice-serving");
-    let o = bin()
-        .args(["run", "--executor", "cpu", "--quiet", "--policy", "native:slice", "--scenario"])
-        .arg(&scn)
-        .arg("--cost-profile")
-        .arg(&prof)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let s = run_on_cpu(&scn, &prof, "native:slice", "run-slice-serving");
     assert_eq!(s["oom_events"], 0);
     assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
     let sched = &s["scheduling"];
@@ -231,4 +209,21 @@ fn run_serves_requests_from_pooled_serving_replicas() {
         let plan: f64 = s["gpus"][i]["weights"].as_array().unwrap().iter().map(|w| w[2].as_f64().unwrap() * 1e9).sum();
         assert!((exec - plan).abs() < 0.05 * plan, "cpu:{i}: executor {exec} bytes of weights, plan {plan}");
     }
+}
+
+/// `slicesched run` of `scn` on the CPU executor under `policy`, priced by `prof`: its
+/// summary.json.
+fn run_on_cpu(scn: &Path, prof: &Path, policy: &str, tag: &str) -> serde_json::Value {
+    let out = tmp(tag);
+    let o = bin()
+        .args(["run", "--executor", "cpu", "--quiet", "--policy", policy, "--scenario"])
+        .arg(scn)
+        .arg("--cost-profile")
+        .arg(prof)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
