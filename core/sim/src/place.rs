@@ -366,7 +366,10 @@ impl Sim<'_> {
     /// Asks the committed timeline what the borrow does: it must fit in memory and
     /// must not push any committed op of the GPU's owners back past their guard.
     fn what_if_check(&self, r: &ReadyOp, group: GroupId, dur: u64, xfer_ns: u64, mem: u64) -> Option<Verdict> {
-        let tl = self.timeline.as_ref()?;
+        // Predictions are brought up to date only when asked (the timeline only records
+        // what changed): most placements never ask.
+        let mut tl = self.timeline.as_ref()?.borrow_mut();
+        tl.refresh();
         let cand = self.candidate(r.op, r.tenant, group, dur, OWNER_BOOST - 1, self.now + xfer_ns, mem, u64::MAX);
         let mut out = self.whatif_scratch.take();
         let verdict = match tl.what_if(std::slice::from_ref(&cand), &mut out) {
@@ -469,9 +472,9 @@ impl Sim<'_> {
             }
             self.op_keys[slot] = key;
             let cand = self.candidate(r.op, r.tenant, group, dur, prio, self.now + ns, r.out_bytes + bytes, key);
-            if let Some(tl) = self.timeline.as_mut() {
+            if let Some(tl) = self.timeline.as_mut().map(std::cell::RefCell::get_mut) {
                 tl.advance(self.now);
-                tl.commit(cand).expect("keys are unique and groups exist");
+                tl.insert(cand).expect("keys are unique and groups exist");
             }
         }
         if ns == 0 {
@@ -566,7 +569,7 @@ impl Sim<'_> {
         }
         let tenant = self.gmg.op(op).tenant;
         self.dev.occupy(q, self.now, end, tenant);
-        if let Some(tl) = self.timeline.as_mut() {
+        if let Some(tl) = self.timeline.as_mut().map(std::cell::RefCell::get_mut) {
             tl.started(slicesched_whatif::OpKey(self.op_keys[op.raw() as usize]), self.now).expect("committed op");
         }
         self.push(end, Ev::OpDone(op));

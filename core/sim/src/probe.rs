@@ -31,7 +31,7 @@ impl Sim<'_> {
         // borrow check asks the timeline with the most urgent guest priority, the
         // prediction below with the probe's own, as `commit` would queue it.
         let verdict = self.check(r, p.group, &c).unwrap_or(Verdict::Accepted);
-        let Some(tl) = self.timeline.as_ref() else {
+        let Some(cell) = self.timeline.as_ref() else {
             return ProbeOutcome {
                 verdict,
                 transfer_ns: c.xfer_ns,
@@ -44,6 +44,8 @@ impl Sim<'_> {
         let mem = r.out_bytes + c.xfer_bytes;
         let cand = self.candidate(r.op, r.tenant, p.group, c.dur, prio, self.now + c.xfer_ns, mem, u64::MAX);
         let mut w = self.whatif_scratch.take();
+        let mut tl = cell.borrow_mut();
+        tl.refresh();
         let outcome = match tl.what_if(std::slice::from_ref(&cand), &mut w) {
             Ok(()) => {
                 let o = &w.candidates[0];

@@ -175,7 +175,7 @@ pub(crate) struct Sim<'a> {
     pub stats: crate::place::PlaceStats,
     /// The committed timeline the core checks borrowed placements against (kept only
     /// for policies that look at the cluster: container-level ones never borrow).
-    pub timeline: Option<slicesched_whatif::Timeline>,
+    pub timeline: Option<std::cell::RefCell<slicesched_whatif::Timeline>>,
     pub whatif_scratch: crate::place::Scratch,
     /// Per op slot, its key in the timeline.
     pub op_keys: Vec<u64>,
@@ -365,7 +365,7 @@ impl<'a> Sim<'a> {
         sim.init_kv_pools();
         sim.init_fast();
         if sim.policy.reads_view() {
-            sim.timeline = Some(sim.new_timeline());
+            sim.timeline = Some(std::cell::RefCell::new(sim.new_timeline()));
         }
         if sim.opts.record_busy {
             // Sized for the arrivals and a tenth more: a run ends soon after its last
@@ -655,7 +655,7 @@ impl Sim<'_> {
                 self.stats.guest_busy_ns[g.0 as usize] += self.now - start;
             }
         }
-        if let Some(tl) = self.timeline.as_mut() {
+        if let Some(tl) = self.timeline.as_mut().map(std::cell::RefCell::get_mut) {
             tl.finished(slicesched_whatif::OpKey(self.op_keys[op.raw() as usize]), self.now).expect("started op");
         }
         if self.rec.wants(start) {

@@ -25,6 +25,12 @@ struct RNode {
 impl Timeline {
     /// The what-if answer computed the slow way, for tests and benchmarks.
     pub fn full_resimulate(&self, candidates: &[Candidate]) -> Result<WhatIf, TimelineError> {
+        if self.is_stale() {
+            // Delays are measured against the committed predictions: current ones.
+            let mut fresh = self.clone();
+            fresh.refresh();
+            return fresh.full_resimulate(candidates);
+        }
         let nodes = self.reference(candidates)?;
         let first = nodes.len() - candidates.len();
         let mut dependents = vec![Vec::new(); nodes.len()];

@@ -1,7 +1,6 @@
 //! The committed timeline: a slab of ops, per-GPU queue orders, and reality feedback.
 
 use crate::hash::FxMap;
-use crate::whatif::WhatIf;
 use crate::{Candidate, OpKey, TimelineError};
 use smallvec::SmallVec;
 
@@ -43,6 +42,12 @@ pub(crate) fn qkey(eff: i32, seq: u64) -> (u32, u64) {
 }
 
 /// Ops committed to GPUs and not yet done, with their predicted times.
+///
+/// Mutations only record what changed; predicted times are recomputed when next read
+/// (`refresh`, or on a copy inside `what_if` and `predicted` when the caller did not
+/// refresh). A simulator commits and retires every op but asks about few: keeping the
+/// times current after every event cost it a third of its time.
+#[derive(Clone)]
 pub struct Timeline {
     pub(crate) nodes: Vec<Node>,
     free: Vec<u32>,
@@ -59,8 +64,11 @@ pub struct Timeline {
     pub(crate) now: u64,
     pub(crate) next_seq: u64,
     len: usize,
-    scratch: WhatIf,
     sorted: Vec<u32>,
+    /// Predicted times lag the committed state (a mutation since the last reschedule).
+    stale: bool,
+    /// `finished`'s worklist, kept to stay allocation-free.
+    stack: Vec<u32>,
 }
 
 impl Timeline {
@@ -84,8 +92,9 @@ impl Timeline {
             now: 0,
             next_seq: 0,
             len: 0,
-            scratch: WhatIf::default(),
             sorted: Vec::new(),
+            stale: false,
+            stack: Vec::new(),
         })
     }
 
@@ -112,23 +121,67 @@ impl Timeline {
         self.capacity[gpu as usize] = capacity;
     }
 
-    /// Predicted (or actual) start and finish of an op in the timeline.
+    /// Predicted (or actual) start and finish of an op in the timeline. Call
+    /// [`Timeline::refresh`] after mutations first: otherwise this refreshes a copy.
     pub fn predicted(&self, key: OpKey) -> Option<(u64, u64)> {
+        if self.stale {
+            let mut fresh = self.clone();
+            fresh.refresh();
+            return fresh.predicted(key);
+        }
         let n = &self.nodes[*self.index.get(&key)? as usize];
         Some((n.start, n.finish))
     }
 
+    /// Brings every predicted time up to date with the committed state (a no-op when
+    /// nothing changed since the last call).
+    pub fn refresh(&mut self) {
+        if self.stale {
+            self.reschedule();
+            self.stale = false;
+        }
+    }
+
+    pub(crate) fn is_stale(&self) -> bool {
+        self.stale
+    }
+
     /// Adds an op and returns its predicted start and finish; ops it delays shift.
     pub fn commit(&mut self, op: Candidate) -> Result<(u64, u64), TimelineError> {
-        let mut s = std::mem::take(&mut self.scratch);
-        let r = self.run(std::slice::from_ref(&op), &mut s, false);
-        if let Err(e) = r {
-            self.scratch = s;
-            return Err(e);
+        let key = op.key;
+        self.insert(op)?;
+        self.refresh();
+        Ok(self.predicted(key).expect("just inserted"))
+    }
+
+    /// Adds an op like [`Timeline::commit`] without predicting its times yet (they are
+    /// computed when next read): what a caller that commits every op and asks about few
+    /// should use.
+    pub fn insert(&mut self, op: Candidate) -> Result<(), TimelineError> {
+        self.validate(std::slice::from_ref(&op), 0)?;
+        // The queue priority and insertion points exactly as `what_if` derives them.
+        let mut eff = op.priority;
+        let mut deps: SmallVec<[(u32, u64); 2]> = SmallVec::new();
+        for &(k, t) in &op.deps {
+            if let Some(&x) = self.index.get(&k) {
+                let n = &self.nodes[x as usize];
+                if n.state == State::Queued {
+                    eff = eff.min(n.eff);
+                }
+                deps.push((x, t));
+            }
         }
-        let out = self.apply(op, &s);
-        self.scratch = s;
-        Ok(out)
+        let ins: SmallVec<[u32; 4]> = op
+            .gpus
+            .iter()
+            .map(|&g| {
+                let (o, ns) = (&self.order[g as usize], self.n_started[g as usize] as usize);
+                (ns + o[ns..].partition_point(|&y| self.nodes[y as usize].eff >= eff)) as u32
+            })
+            .collect();
+        self.place_node(op, eff, ins, deps);
+        self.stale = true;
+        Ok(())
     }
 
     /// Commits candidates in order, as `what_if` saw them.
@@ -139,16 +192,10 @@ impl Timeline {
         Ok(())
     }
 
-    fn apply(&mut self, op: Candidate, s: &WhatIf) -> (u64, u64) {
-        for &slot in s.touched() {
-            let (st, fi) = s.overlay(slot);
-            let n = &mut self.nodes[slot as usize];
-            n.start = st;
-            n.finish = fi;
-        }
-        let c = s.cand(0);
-        let (start, finish, eff, ins) = (c.start, c.finish, c.eff, c.ins.clone());
-        let deps: SmallVec<[(u32, u64); 2]> = c.deps.iter().map(|&(d, t, _)| (d, t)).collect();
+    /// Stores a validated op at its queue positions `ins`; its times are set by the
+    /// next reschedule.
+    fn place_node(&mut self, op: Candidate, eff: i32, ins: SmallVec<[u32; 4]>, deps: SmallVec<[(u32, u64); 2]>) {
+        let (start, finish) = (0, 0);
         let slot = match self.free.pop() {
             Some(x) => x,
             None => {
@@ -200,7 +247,6 @@ impl Timeline {
             self.order[g].insert(ins[i] as usize, slot);
             self.renumber(g, ins[i] as usize);
         }
-        (start, finish)
     }
 
     /// Rewrites the stored positions of `order[g][from..]`.
@@ -221,7 +267,7 @@ impl Timeline {
     pub fn advance(&mut self, now: u64) {
         if now > self.now {
             self.now = now;
-            self.reschedule();
+            self.stale = true;
         }
     }
 
@@ -252,7 +298,7 @@ impl Timeline {
         n.state = State::Started;
         n.start = at;
         n.finish = at + n.dur;
-        self.reschedule();
+        self.stale = true;
         Ok(())
     }
 
@@ -263,6 +309,10 @@ impl Timeline {
         let was = self.nodes[x].state;
         if was == State::Finished {
             return Err(TimelineError::AlreadyFinished(key));
+        }
+        if was == State::Queued {
+            // Its start is taken from its prediction: that must be current.
+            self.refresh();
         }
         for i in 0..self.nodes[x].gpus.len() {
             let g = self.nodes[x].gpus[i] as usize;
@@ -279,12 +329,15 @@ impl Timeline {
         n.state = State::Finished;
         n.start = n.start.min(at);
         n.finish = at;
-        let mut stack: Vec<u32> = n.deps.iter().map(|&(d, _)| d).filter(|&d| d != NONE).collect();
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.extend(n.deps.iter().map(|&(d, _)| d).filter(|&d| d != NONE));
         stack.push(x as u32);
         while let Some(y) = stack.pop() {
             self.collect(y as usize, &mut stack);
         }
-        self.reschedule();
+        self.stack = stack;
+        self.stale = true;
         Ok(())
     }
 

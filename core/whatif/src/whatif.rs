@@ -86,20 +86,6 @@ impl Scratch {
     }
 }
 
-impl WhatIf {
-    pub(crate) fn touched(&self) -> &[u32] {
-        &self.sc.touched
-    }
-
-    pub(crate) fn overlay(&self, slot: u32) -> (u64, u64) {
-        self.sc.ov[slot as usize]
-    }
-
-    pub(crate) fn cand(&self, j: usize) -> &CandState {
-        &self.sc.cands[j]
-    }
-}
-
 /// Candidate `j`'s insertion index on GPU `g`, if it uses `g`.
 #[inline]
 fn cand_ins(cands: &[Candidate], s: &Scratch, j: usize, g: u32) -> Option<u32> {
@@ -108,8 +94,14 @@ fn cand_ins(cands: &[Candidate], s: &Scratch, j: usize, g: u32) -> Option<u32> {
 
 impl Timeline {
     /// Predicts what the candidates would get and whom they would delay, without
-    /// changing the timeline. See the crate docs for the exact semantics.
+    /// changing the timeline. See the crate docs for the exact semantics. Call
+    /// [`Timeline::refresh`] after mutations first: otherwise this refreshes a copy.
     pub fn what_if(&self, candidates: &[Candidate], out: &mut WhatIf) -> Result<(), TimelineError> {
+        if self.is_stale() {
+            let mut fresh = self.clone();
+            fresh.refresh();
+            return fresh.run(candidates, out, true);
+        }
         self.run(candidates, out, true)
     }
 

@@ -94,22 +94,39 @@ proptest! {
         let base = mem[..n as usize].iter().map(|m| m.0).collect();
         let cap = mem[..n as usize].iter().map(|m| m.1).collect();
         let mut t = Timeline::new(n as usize, base, cap).unwrap();
+        // The same script, never refreshed until the end: lazy bookkeeping must land on
+        // the same predictions as refreshing after every step.
+        let mut lazy = t.clone();
         let mut w = WhatIf::default();
         for (i, g) in script.iter().enumerate() {
             let op = build(n, i as u64, g, 0);
             t.what_if(std::slice::from_ref(&op), &mut w).unwrap();
+            lazy.insert(op.clone()).unwrap();
             let (s, f) = t.commit(op).unwrap();
             prop_assert_eq!((s, f), (w.candidates[0].start_ns, w.candidates[0].finish_ns));
             let target = OpKey((i as u64).saturating_sub(g.target % 6));
             if let Some((ps, pf)) = t.predicted(target) {
                 match g.action {
-                    3 | 4 => { let _ = t.started(target, jit(ps, g.jitter)); }
-                    5 => { let _ = t.finished(target, jit(pf, g.jitter)); }
-                    6 => t.advance(jit(t.now(), g.jitter.abs() * 3)),
+                    3 | 4 => {
+                        prop_assert_eq!(t.started(target, jit(ps, g.jitter)), lazy.started(target, jit(ps, g.jitter)));
+                    }
+                    5 => {
+                        prop_assert_eq!(t.finished(target, jit(pf, g.jitter)), lazy.finished(target, jit(pf, g.jitter)));
+                    }
+                    6 => {
+                        let at = jit(t.now(), g.jitter.abs() * 3);
+                        t.advance(at);
+                        lazy.advance(at);
+                    }
                     _ => {}
                 }
             }
+            t.refresh();
             check_predictions(&t);
+        }
+        lazy.refresh();
+        for (k, s, f) in t.resimulated() {
+            prop_assert_eq!(lazy.predicted(k), Some((s, f)), "lazy {:?}", k);
         }
         let m = script.len() as u64;
         // Candidates may depend on committed ops and on earlier candidates.
