@@ -328,6 +328,9 @@ pub struct Scheduling {
     pub replicas: Vec<(String, Vec<u32>, (u32, u32), bool)>,
     /// Concurrent iterations started beyond the first, per instance total.
     pub micro_batches: u64,
+    /// Extra micro-batches the policy admitted that waited for an executing one to end:
+    /// their activations did not fit the instance's reserve beside those executing.
+    pub deferred_micro_batches: u64,
 }
 
 /// The replay's summary (`summary.json`).

@@ -131,6 +131,11 @@ pub(crate) struct InstRt {
     pub inflight: u32,
     /// Earliest pending launch, for the owner-need signal.
     pub next_launch: u64,
+    /// The batches executing (launched or waiting for their CPU overhead).
+    pub batches: Vec<BatchId>,
+    /// An extra micro-batch formed while the activations of those executing left no
+    /// room for it: it launches when one of them ends.
+    pub deferred: Option<BatchId>,
 }
 
 /// One iteration executing in the GMG.
@@ -169,6 +174,8 @@ pub(crate) struct Sim<'a> {
     pub iterations: u64,
     /// Iterations launched while their instance had no other one executing.
     pub single_iterations: u64,
+    /// Extra micro-batches that waited for room for their activations.
+    pub deferred_batches: u64,
     pub completed: u64,
     pub dep_violations: u64,
     pub rejected: Vec<(String, u64)>,
@@ -277,6 +284,8 @@ impl<'a> Sim<'a> {
                 seq_to_req: IdDeque::new(),
                 inflight: 0,
                 next_launch: u64::MAX,
+                batches: Vec::new(),
+                deferred: None,
             });
         }
         let records = scn
@@ -322,6 +331,7 @@ impl<'a> Sim<'a> {
             op_events: 0,
             iterations: 0,
             single_iterations: 0,
+            deferred_batches: 0,
             completed: 0,
             dep_violations: 0,
             rejected: Vec::new(),
@@ -551,6 +561,9 @@ impl Sim<'_> {
     /// Lets the instance's engine form batches while the policy admits them; each
     /// reaches the GPUs after the engine's CPU overhead.
     pub(crate) fn start_iterations(&mut self, inst: usize) {
+        if self.insts[inst].deferred.is_some() && !self.launch_deferred(inst) {
+            return;
+        }
         loop {
             let rt = &self.insts[inst];
             if !rt.engine.has_schedulable() {
@@ -569,18 +582,52 @@ impl Sim<'_> {
             let scheduled = self.insts[inst].engine.schedule();
             self.release_preempted(inst);
             self.kv_sync(inst);
-            let rt = &mut self.insts[inst];
             let Some(batch) = scheduled else { return };
-            self.single_iterations += (rt.inflight == 0) as u64;
-            rt.inflight += 1;
-            let b = rt.engine.batch(batch);
-            let overhead = self.opts.cpu_overhead.iteration_ns(b.prefills.len() + b.decodes.len());
-            rt.next_launch = rt.next_launch.min(self.now + overhead);
-            if overhead == 0 {
-                self.launch(inst, batch);
-            } else {
-                self.push(self.now + overhead, Ev::Launch(inst as u32, batch));
+            // Memory safety: the policy admits micro-batches, the core checks that their
+            // activations fit the instance's reserve (a lone batch always does).
+            if self.insts[inst].inflight > 0 && !self.activations_fit(inst, batch) {
+                self.insts[inst].deferred = Some(batch);
+                self.deferred_batches += 1;
+                return;
             }
+            self.begin_iteration(inst, batch);
+        }
+    }
+
+    /// Launches the deferred micro-batch if it fits now; false if it still waits.
+    fn launch_deferred(&mut self, inst: usize) -> bool {
+        let batch = self.insts[inst].deferred.expect("a deferred batch");
+        if self.insts[inst].inflight > 0 && !self.activations_fit(inst, batch) {
+            return false;
+        }
+        self.insts[inst].deferred = None;
+        self.begin_iteration(inst, batch);
+        true
+    }
+
+    /// Whether `batch`'s activations fit beside those of the instance's executing
+    /// batches within its activation reserve, each at its peak.
+    fn activations_fit(&self, inst: usize, batch: BatchId) -> bool {
+        let rt = &self.insts[inst];
+        let t = &self.scn.tenants[rt.tenant.index()];
+        let tp = t.gpus.len() as u32;
+        let peak = |b: BatchId| crate::scenario::peak_activation_bytes(&t.model, tp, rt.engine.batch(b));
+        rt.batches.iter().map(|&b| peak(b)).sum::<u64>() + peak(batch) <= t.activation_reserve
+    }
+
+    /// The batch starts executing: it reaches the GPUs after the engine's CPU overhead.
+    fn begin_iteration(&mut self, inst: usize, batch: BatchId) {
+        let rt = &mut self.insts[inst];
+        self.single_iterations += (rt.inflight == 0) as u64;
+        rt.inflight += 1;
+        rt.batches.push(batch);
+        let b = rt.engine.batch(batch);
+        let overhead = self.opts.cpu_overhead.iteration_ns(b.prefills.len() + b.decodes.len());
+        rt.next_launch = rt.next_launch.min(self.now + overhead);
+        if overhead == 0 {
+            self.launch(inst, batch);
+        } else {
+            self.push(self.now + overhead, Ev::Launch(inst as u32, batch));
         }
     }
 
@@ -694,6 +741,8 @@ impl Sim<'_> {
         }
         let rt = &mut self.insts[inst];
         rt.inflight -= 1;
+        let k = rt.batches.iter().position(|&b| b == batch).expect("an executing batch");
+        rt.batches.swap_remove(k);
         let sampled = rt.engine.batch(batch).sampled();
         self.series.add_tokens(self.now, new_prompt_tokens, sampled);
         self.seq_events.clear();

@@ -259,7 +259,7 @@ impl Scenario {
                 serves: true,
                 kv_blocks: 0,
             });
-            let activation_reserve = peak_activation_bytes(&model, tp, engine.max_batched_tokens);
+            let activation_reserve = activation_reserve(&model, tp, &engine);
             tenants.push(TenantSetup {
                 name: t.name.clone(),
                 model,
@@ -347,21 +347,31 @@ fn unusable(capacity: u64, mem: MemorySpec) -> u64 {
     util.saturating_add((mem.reserve_gb * 1e9) as u64)
 }
 
-/// Peak live activation bytes of one iteration executed op by op, at the full budget.
-pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, tokens: u32) -> u64 {
-    let batch =
-        IterationBatch { prefills: vec![PrefillItem { chunk: tokens, prior_kv: 0, samples: true }], decodes: vec![] };
-    let dag = model.iteration_dag(&batch, tp);
-    // One layer's worth is enough: every layer's live set is the same.
-    let n = (dag.head.len() + 2 * dag.layer.len()).min(dag.len() as usize) as u32;
+/// Activation bytes per GPU an instance keeps for its iterations: a full-budget
+/// prefill iteration and, beside it, a decode step of every sequence the engine may hold
+/// (the split of micro-batches the engine is built for: decodes never wait behind a
+/// chunk). An extra micro-batch that would take its instance past this waits for one to
+/// end (`Sim::start_iterations`).
+pub(crate) fn activation_reserve(model: &ModelConfig, tp: u32, engine: &slicesched_engine::EngineConfig) -> u64 {
+    let prefill = IterationBatch {
+        prefills: vec![PrefillItem { chunk: engine.max_batched_tokens, prior_kv: 0, samples: true }],
+        decodes: vec![],
+    };
+    let n = engine.max_num_seqs.min(engine.max_batched_tokens) as usize;
+    let decodes = IterationBatch { prefills: vec![], decodes: vec![slicesched_model::DecodeItem { kv_len: 1 }; n] };
+    peak_activation_bytes(model, tp, &prefill) + peak_activation_bytes(model, tp, &decodes)
+}
+
+/// Peak live activation bytes per GPU of one iteration of `batch` executed op by op in
+/// DAG order (outputs live from their op until their last consumer).
+pub(crate) fn peak_activation_bytes(model: &ModelConfig, tp: u32, batch: &IterationBatch) -> u64 {
+    let dag = model.iteration_dag(batch, tp);
     let mut consumers = vec![0u32; dag.len() as usize];
-    for (p, c, _) in dag.edges() {
-        if c < n {
-            consumers[p as usize] += 1;
-        }
+    for (p, _, _) in dag.edges() {
+        consumers[p as usize] += 1;
     }
     let (mut live, mut peak) = (0u64, 0u64);
-    for i in 0..n {
+    for i in 0..dag.len() {
         let out = dag.op(i).spec.out_bytes;
         live += out;
         peak = peak.max(live);

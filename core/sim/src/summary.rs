@@ -188,6 +188,7 @@ impl Sim<'_> {
                     })
                     .collect(),
                 micro_batches: self.iterations.saturating_sub(self.single_iterations),
+                deferred_micro_batches: self.deferred_batches,
             },
             gpu_busy_fraction: gpus.iter().map(|g| g.busy_fraction).sum::<f64>() / gpus.len().max(1) as f64,
             tenants,

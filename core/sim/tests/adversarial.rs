@@ -177,3 +177,20 @@ fn rejections_are_counted_with_reasons() {
     }
     assert!(!r.summary.scheduling.replicas.is_empty(), "the planner placed replicas");
 }
+
+#[test]
+fn micro_batches_wait_for_room_for_their_activations() {
+    // Found by the property above: a policy admitting every micro-batch, long prompts
+    // on 48 GB GPUs. Each micro-batch may take the full token budget, so their
+    // activations together outgrew the instance's reserve (4,324 OOM events) before the
+    // core checked them at launch.
+    let (seed, rate) = (6678, 7.899218842884052);
+    let mut p = Chaos { state: seed | 1, mode: ReplicaMode::Weights };
+    let scn = plan(&scenario(&scenario_text(seed, rate, "L40S")), p.replicas()).unwrap();
+    let opts = slicesched_sim::ReplayOptions { follow_producer: false, ..checked() };
+    let r = replay(&scn, &mut p, slicesched_cost::CostModel::default_a100(), opts, &mut |_| {});
+    assert_eq!(r.summary.oom_events, 0);
+    let s = &r.summary.scheduling;
+    assert!(s.deferred_micro_batches > 0 && s.micro_batches > 0, "{s:?}");
+    assert_eq!(r.summary.requests, r.summary.completed + r.summary.dropped);
+}
