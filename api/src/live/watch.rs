@@ -163,4 +163,7 @@ impl Policy for Watched {
     fn home_only(&self) -> bool {
         self.inner.home_only()
     }
+    fn home_when_free(&self) -> bool {
+        self.inner.home_when_free()
+    }
 }

@@ -206,6 +206,15 @@ pub trait Policy: Send {
     fn home_only(&self) -> bool {
         false
     }
+
+    /// Whether `place` answers an op with its home group whenever the view shows that
+    /// group free, at any priority, and keeps no state; `admit` and `route` keep none
+    /// that depends on how often `place` is called (see the SDK's
+    /// `Policy::home_when_free`): the simulator's fast path may then run an iteration
+    /// that nothing else can reach.
+    fn home_when_free(&self) -> bool {
+        false
+    }
 }
 
 /// Names of the built-in policies.

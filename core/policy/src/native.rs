@@ -92,6 +92,10 @@ impl<P: sdk::Policy + Send> Policy for Native<P> {
         self.policy.home_only()
     }
 
+    fn home_when_free(&self) -> bool {
+        self.policy.home_when_free()
+    }
+
     fn admit(&mut self, view: &View<'_>, inst: &InstanceView) -> bool {
         if !self.load(view, true) {
             return inst.inflight == 0;

@@ -47,6 +47,10 @@ pub(crate) struct Shape {
     /// Policy calls and followed ops the per-op path makes for one iteration.
     decisions: u64,
     followed: u64,
+    /// Every op is the only one placed when it becomes ready, and nothing of the
+    /// iteration is running or queued then: the run order holds whatever priorities
+    /// the ops get, and a policy deciding an op sees the group free.
+    chain: bool,
 }
 
 fn key(dag: &IterationDag) -> (u32, u32, u32, u32) {
@@ -67,6 +71,7 @@ impl Shape {
             ready_step: Vec::with_capacity(n),
             decisions: 0,
             followed: 0,
+            chain: true,
         };
         let mut g = Gmg::new();
         let (mut ready, mut freed) = (Vec::new(), Vec::new());
@@ -104,6 +109,7 @@ fn commit(
     s: &mut Shape,
 ) {
     let mut offered = 0;
+    let (queued, before) = (queue.len(), s.followed);
     for pass in [true, false] {
         for &op in ready {
             if (follow_producer && producer && g.op(op).kind.follows_producer()) != pass {
@@ -116,6 +122,7 @@ fn commit(
         }
     }
     s.decisions += (offered > 0) as u64;
+    s.chain &= queued == 0 && offered + s.followed - before <= 1;
 }
 
 /// An iteration running on the fast path.
@@ -144,8 +151,11 @@ impl FastRt {
 pub(crate) struct FastState {
     /// Per instance: whether the policy lets it take the fast path.
     ok: Vec<bool>,
-    /// Per instance: the other instances with a GPU of its group, and their tenants.
+    /// Per instance: the other instances with a GPU of its group, and their tenants
+    /// (with, under `when_free`, its own and every tenant holding weights there).
     shared: Vec<(Vec<u32>, Vec<u32>)>,
+    /// The policy stays home only while the home is free (`Policy::home_when_free`).
+    when_free: bool,
     /// Per tenant: its arrival times (only when some instance shares GPUs).
     arrivals: Vec<Vec<u64>>,
     /// Per instance: its fast iteration in flight, and its DAG shape's schedule.
@@ -161,16 +171,20 @@ impl Sim<'_> {
     /// instances they share it with are idle and get no request (`try_fast`).
     pub(crate) fn init_fast(&mut self) {
         let p = &*self.policy;
-        let on = self.opts.fast_path
+        let base = self.opts.fast_path
             && self.exec.is_none()
             && self.rec.decisions_every == 0
-            && p.home_only()
             && !p.spatial_sharing()
             && p.context_switch_ns() == 0;
+        let on = base && p.home_only();
+        // A policy that stays home only while its home is free: an iteration may run as
+        // one event while nothing else can reach its group (`try_fast` checks).
+        let when_free = base && !on && p.home_when_free();
         let dep = &self.scn.deployment;
         let n = self.insts.len();
         let f = &mut self.fast;
-        f.ok = vec![on; n];
+        f.ok = vec![on || when_free; n];
+        f.when_free = when_free;
         f.shared = (0..n)
             .map(|i| {
                 let gpus = &dep.group(self.insts[i].group).gpus;
@@ -179,12 +193,24 @@ impl Sim<'_> {
                     .map(|j| j as u32)
                     .collect();
                 let mut tenants: Vec<u32> = others.iter().map(|&j| self.insts[j as usize].tenant.0).collect();
+                if when_free {
+                    // Whoever holds weights on its GPUs may borrow them; so may its own
+                    // tenant's other instances (it is one of them), from elsewhere.
+                    let own = self.insts[i].tenant;
+                    tenants.push(own.0);
+                    tenants.extend(
+                        dep.homes
+                            .iter()
+                            .filter(|h| h.tenant != own && dep.group(h.group).gpus.iter().any(|g| gpus.contains(g)))
+                            .map(|h| h.tenant.0),
+                    );
+                }
                 tenants.sort_unstable();
                 tenants.dedup();
                 (others, tenants)
             })
             .collect();
-        if on && f.shared.iter().any(|s| !s.0.is_empty()) {
+        if (on && f.shared.iter().any(|s| !s.0.is_empty())) || when_free {
             f.arrivals = vec![Vec::new(); self.scn.tenants.len()];
             for (t, r) in &self.scn.requests {
                 f.arrivals[*t as usize].push(r.arrival_ns);
@@ -196,16 +222,25 @@ impl Sim<'_> {
 
     /// Whether nothing else can run on `inst`'s GPUs during `[from, to]`: the
     /// instances sharing them have no request and none of their tenants' requests
-    /// arrives by then (an instance gets work only from an arrival routed to it).
+    /// arrives by then (an instance gets work only from an arrival routed to it). Under
+    /// a policy that stays home only while the home is free ([`FastState::when_free`]),
+    /// also: every instance of a tenant that could borrow the GPUs (its own and those
+    /// holding weights there) has no work but this iteration and no request of theirs
+    /// arrives (an arrival could be routed here, or admit another micro-batch).
     fn alone(&self, inst: usize, from: u64, to: u64) -> bool {
         let (others, tenants) = &self.fast.shared[inst];
-        others.iter().all(|&j| {
-            let rt = &self.insts[j as usize];
-            rt.inflight == 0 && rt.engine.queue_lengths() == (0, 0)
-        }) && tenants.iter().all(|&t| {
-            let a = &self.fast.arrivals[t as usize];
-            a.get(a.partition_point(|&x| x < from)).is_none_or(|&x| x > to)
-        })
+        // (The launching instance itself runs only this iteration: `try_fast` checks.)
+        let idle = |j: usize| {
+            let rt = &self.insts[j];
+            j == inst || rt.inflight == 0 && rt.engine.queue_lengths() == (0, 0)
+        };
+        others.iter().all(|&j| idle(j as usize))
+            && (!self.fast.when_free
+                || tenants.iter().all(|&t| self.tenant_insts[t as usize].iter().all(|&j| idle(j as usize))))
+            && tenants.iter().all(|&t| {
+                let a = &self.fast.arrivals[t as usize];
+                a.get(a.partition_point(|&x| x < from)).is_none_or(|&x| x > to)
+            })
     }
 
     /// Runs a launched batch as one event if it may; false: run it op by op.
@@ -234,6 +269,11 @@ impl Sim<'_> {
                 s
             }
         };
+        // Under `when_free` the policy keeps an op home only while nothing else of the
+        // iteration is on the group, and orders by its priorities: a chain only.
+        if self.fast.when_free && !shape.chain {
+            return false;
+        }
         let rt = &self.insts[inst];
         let (tenant, group) = (rt.tenant, rt.group);
         let q = self.dev.queue_of(group, tenant);
@@ -377,6 +417,7 @@ mod tests {
             freed.sort_unstable();
             assert_eq!(freed, (0..d.len()).collect::<Vec<_>>());
             assert!(s.ready_step.iter().enumerate().all(|(k, &r)| r as usize <= k));
+            assert!(s.chain, "a Llama layer is a chain of ops");
             // Without following, every op with weights or not is offered to the policy.
             if !follow {
                 assert_eq!(s.followed, 0);

@@ -34,7 +34,7 @@ proptest! {
         seed in 0u64..1000,
         tenants in proptest::collection::vec((0usize..4, 0u8..3, 0.5f64..5.0, 1u32..3000, 1u32..200), 1..4),
         budget in prop::sample::select(vec![512u32, 2048, 8192]),
-        policy in prop::sample::select(vec!["dedicated", "pooled"]),
+        policy in prop::sample::select(vec!["dedicated", "pooled", "slice"]),
         scale in prop::sample::select(vec![0.25f64, 1.0, 3.0]),
         busy in any::<bool>(),
         window in prop::option::of((0u64..6_000, 1u64..2_000)),
@@ -104,10 +104,10 @@ fn one_copy() -> String {
 #[test]
 fn a_policy_that_can_borrow_never_takes_the_fast_path() {
     let scn = scenario(LENDERS);
-    for policy in ["slice", "timeslice", "mps"] {
+    for policy in ["timeslice", "mps"] {
         let mut p = slicesched_policy::builtin(policy).unwrap();
         let planned = plan(&scn, p.replicas()).unwrap();
-        assert!(!p.home_only(), "{policy}");
+        assert!(!p.home_only() && !p.home_when_free(), "{policy}");
         let r = slicesched_sim::replay(
             &planned,
             p.as_mut(),
@@ -118,10 +118,20 @@ fn a_policy_that_can_borrow_never_takes_the_fast_path() {
         assert_eq!(r.fast_iterations, 0, "{policy}");
         assert!(r.summary.iterations > 0);
     }
-    let slice = replay(&scn, "slice", ReplayOptions::default());
+}
+
+/// `slice` keeps an op home whenever its home is free: an iteration nothing else can
+/// reach (no other instance of its tenant or of a tenant with weights on its GPUs has
+/// work, and none of their requests arrives meanwhile) runs as one event, the rest op
+/// by op, borrowing where it may, with the same results either way.
+#[test]
+fn slice_runs_iterations_nothing_can_reach_as_one_event() {
+    let scn = scenario(LENDERS);
+    let slice = assert_same(&scn, "slice", ReplayOptions { record_busy: true, ..ReplayOptions::default() }).unwrap();
     let reps = &slice.summary.scheduling.replicas;
     assert!(!reps.is_empty(), "a lender is there to borrow from");
     assert!(slice.summary.scheduling.borrowed_ops > 0 || reps.iter().any(|r| r.3), "{reps:?}");
+    assert!(slice.fast_iterations > 0 && slice.fast_iterations < slice.summary.iterations);
 }
 
 /// Under `pooled` a serving replica on another tenant's GPU shares it: iterations

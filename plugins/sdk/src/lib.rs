@@ -107,6 +107,16 @@ pub trait Policy {
     fn home_only(&self) -> bool {
         false
     }
+
+    /// True only if `place` answers an op with its home group whenever the view shows
+    /// that group free (its GPUs idle, nothing queued, `group_free_at(home) <= now`),
+    /// at any priority, and keeps no state; `admit` and `route` may keep state, but
+    /// none that depends on how often `place` is called. The core may then run an
+    /// iteration as one event while nothing else can reach its GPUs and no request of
+    /// its tenant arrives (its results are identical). Native builds only.
+    fn home_when_free(&self) -> bool {
+        false
+    }
 }
 
 /// Wires a type implementing [`Policy`] and `Default` to the component's exports.

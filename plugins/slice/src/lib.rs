@@ -21,7 +21,7 @@ pub struct Slice {
     /// layer), from `configure`.
     holders: Vec<Vec<(u32, u32, u32)>>,
     /// Per GPU, the share of the last ~[`OWNER_WINDOW_NS`] its owner had work in sight
-    /// (a time-weighted moving average, updated at every call).
+    /// (a time-weighted moving average, sampled at every `route`).
     owner_busy: Vec<f64>,
     last_ns: u64,
 }
@@ -66,13 +66,16 @@ impl Policy for Slice {
         // prefill admits long prompts at once, so a backlog rarely waits), with shared
         // KV pools: azure at 0.841 9.39% -> 7.78%, bursty-8t at 1.0 11.39% -> 10.48%,
         // uniform-4t 0.00% (TPOT p99 14.3 ms).
+        // The owners' activity is sampled at every arrival routed here (random instants
+        // as far as the GPUs are concerned), never in `place`: how often the core
+        // asks `place` then changes nothing (`home_when_free`).
+        self.observe(view);
         let Some(home) = instances.first() else { return Ok(0) };
         if home.waiting + home.running == 0 {
             return Ok(0);
         }
         self.candidates.clear();
         self.candidates.push(*home);
-        self.observe(view);
         let quiet = |g: u32| view.groups[g as usize].iter().all(|&x| self.owner_busy[x as usize] < OWNER_BUSY_MAX);
         self.candidates.extend(instances.iter().skip(1).filter(|i| owner_away(view, i.group) && quiet(i.group)));
         if self.candidates.len() == 1 {
@@ -87,7 +90,6 @@ impl Policy for Slice {
     }
 
     fn place(&mut self, view: &View, ready: &[ReadyOp], out: &mut Vec<Placement>) -> Result<(), String> {
-        self.observe(view);
         for (k, r) in ready.iter().enumerate() {
             let t = &view.tenants[r.tenant as usize];
             // Less slack, higher priority (ms resolution, clamped); decode-only steps,
@@ -118,6 +120,12 @@ impl Policy for Slice {
             out.push(Placement { op: k as u32, group: best.1, priority });
         }
         Ok(())
+    }
+
+    /// An op's home is free: every other holder finishes it no sooner (the same
+    /// prediction, after a transfer and its queue), so it stays home; `place` keeps no state.
+    fn home_when_free(&self) -> bool {
+        true
     }
 
     fn admit(&mut self, view: &View, inst: &Instance) -> Result<bool, String> {
