@@ -197,7 +197,7 @@ pub(crate) fn sweep_scenario(
     // Requests a model's context window refuses at arrival violate under every policy at
     // every scale: a target below their share is out of reach, and searching for it
     // would replay down to the smallest scale (the slowest replays) to learn that.
-    let floor = refused_share(scenario);
+    let floor = scenario.refused_share();
     for (t, &target) in targets.iter().enumerate() {
         if floor > target {
             log.note(format!(
@@ -239,17 +239,6 @@ pub(crate) fn sweep_scenario(
     }
     total.finish_and_clear();
     Ok(build_report(scenario, policies, targets, opts, &per_policy, &outcomes, jobs, started, floor))
-}
-
-/// The share of the scenario's requests refused at arrival for their length, whatever
-/// the policy and the rate scale.
-fn refused_share(scenario: &Scenario) -> f64 {
-    let refused = scenario
-        .requests
-        .iter()
-        .filter(|(t, r)| scenario.tenants[*t as usize].length_refusal(r.prompt_tokens, r.output_tokens).is_some())
-        .count();
-    refused as f64 / scenario.requests.len().max(1) as f64
 }
 
 /// The (policy index, scale) pairs to replay next, deduplicated; records finished searches.
@@ -445,6 +434,7 @@ fn build_report(
         precision: opts.precision,
         min_scale: opts.min_scale,
         max_scale: opts.max_scale,
+        refused_share: refused,
         results,
         ratios,
         points,

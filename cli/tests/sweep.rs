@@ -103,6 +103,12 @@ fn targets_below_the_refused_share_have_no_goodput_without_replays() {
     assert_eq!(result(0.05)["status"], "violates_at_min_scale");
     assert_eq!(result(0.05)["rate_scale"], 0.0);
     assert!(result(0.05)["violation_rate"].as_f64().unwrap() > 0.05);
+    let refused = v["refused_share"].as_f64().unwrap();
+    assert!(refused > 0.05 && refused < 0.95, "{refused}");
+    // The table says why, not that scales down to the smallest were tried.
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = table.lines().find(|l| l.contains("5.0%")).expect("the 5% row");
+    assert!(row.contains("refused for their length") && !row.contains("violates even"), "{table}");
     assert!(result(0.95)["rate_scale"].as_f64().unwrap() > 0.0, "{}", result(0.95));
     // Nothing was replayed below the loose target's own search.
     let lowest = v["points"].as_array().unwrap().iter().map(|p| p["rate_scale"].as_f64().unwrap()).fold(9.0, f64::min);

@@ -138,6 +138,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             precision: opts.precision,
             min_scale: opts.min_scale,
             max_scale: opts.max_scale,
+            refused_share: scenario.refused_share(),
             results,
             ratios,
             points: points_out,

@@ -75,6 +75,10 @@ pub struct SweepReport {
     pub precision: f64,
     pub min_scale: f64,
     pub max_scale: f64,
+    /// Share of the scenario's requests refused at arrival for their length (longer
+    /// than their model's context window): they violate under every policy at every
+    /// scale, so a target below it has no goodput.
+    pub refused_share: f64,
     pub results: Vec<SweepResult>,
     pub ratios: Vec<SweepRatio>,
     pub points: Vec<SweepPoint>,
@@ -190,6 +194,7 @@ mod tests {
             precision: 0.03,
             min_scale: 0.05,
             max_scale: 64.0,
+            refused_share: 0.0,
             results: vec![SweepResult {
                 policy: "dedicated".into(),
                 target: 0.09,

@@ -97,6 +97,9 @@ pub fn sweep_table(r: &crate::SweepReport) -> String {
             .and_then(|x| x.goodput_vs_dedicated)
             .map_or_else(|| "-".to_string(), |x| format!("{x:.2}×"));
         let note = match row.status.as_str() {
+            "violates_at_min_scale" if row.target < r.refused_share => {
+                format!("no goodput: {:.2}% of the requests are refused for their length", 100.0 * r.refused_share)
+            }
             "violates_at_min_scale" => format!("violates even at scale {}", r.min_scale),
             "capped_at_max_scale" => format!("meets the target at the max scale {}; boundary is higher", r.max_scale),
             _ => String::new(),

@@ -314,6 +314,17 @@ impl Scenario {
     /// The same scenario with every tenant's arrival rate multiplied by `scale`:
     /// inter-arrival times shrink by `scale`, the requests themselves are unchanged.
     /// Goodput sweeps search over this.
+    /// The share of the requests refused at arrival for their length (longer than
+    /// their model's context window), whatever the policy and the rate scale.
+    pub fn refused_share(&self) -> f64 {
+        let refused = self
+            .requests
+            .iter()
+            .filter(|(t, r)| self.tenants[*t as usize].length_refusal(r.prompt_tokens, r.output_tokens).is_some())
+            .count();
+        refused as f64 / self.requests.len().max(1) as f64
+    }
+
     pub fn with_rate_scale(&self, scale: f64) -> Scenario {
         assert!(scale.is_finite() && scale > 0.0, "rate scale must be positive");
         let mut s = self.clone();
