@@ -255,6 +255,12 @@ impl Sim<'_> {
         if !self.fast.ok[inst] || self.insts[inst].inflight != 1 {
             return false;
         }
+        // Under `when_free` the policy's `admit` may open another micro-batch whenever
+        // it is asked: launched without CPU overhead, this iteration would be asked
+        // right after it starts if the engine had anything else to schedule.
+        if self.fast.when_free && self.insts[inst].engine.has_schedulable() {
+            return false;
+        }
         let (l0, layers) = (self.now, dag.layers as u64);
         let sum = |v: &Vec<u64>| v.iter().sum::<u64>();
         let end = l0 + sum(&pred[0]) + layers * sum(&pred[1]) + sum(&pred[2]);

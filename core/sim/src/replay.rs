@@ -374,7 +374,9 @@ impl<'a> Sim<'a> {
         sim.load_memory();
         sim.init_kv_pools();
         sim.init_fast();
-        if sim.policy.reads_view() {
+        // The timeline answers borrow checks and probes: a policy that places every op
+        // home (and so never asks) needs none.
+        if sim.policy.reads_view() && !sim.policy.home_only() {
             sim.timeline = Some(std::cell::RefCell::new(sim.new_timeline()));
         }
         if sim.opts.record_busy {

@@ -4,6 +4,7 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
+use slicesched_cost::CpuOverhead;
 use slicesched_sim::{plan, OpWindow, ReplayOptions, ReplayResult, Scenario};
 
 fn replay(scn: &Scenario, policy: &str, opts: ReplayOptions) -> ReplayResult {
@@ -38,6 +39,7 @@ proptest! {
         scale in prop::sample::select(vec![0.25f64, 1.0, 3.0]),
         busy in any::<bool>(),
         window in prop::option::of((0u64..6_000, 1u64..2_000)),
+        no_cpu in any::<bool>(),
     ) {
         let text = random_scenario("fast", seed, (6, 20), "H100-80GB", budget, &tenants);
         let spec: slicesched_sim::ScenarioSpec = toml::from_str(&text).unwrap();
@@ -54,7 +56,10 @@ proptest! {
             }
             None => (None, None),
         };
-        let opts = ReplayOptions { record_busy: busy, record_ops, stop_after_ns, ..checked() };
+        // Without CPU overhead a batch launches inside the call that scheduled it, which
+        // then asks the policy to admit another.
+        let cpu_overhead = if no_cpu { CpuOverhead::ZERO } else { CpuOverhead::default_a100() };
+        let opts = ReplayOptions { record_busy: busy, record_ops, stop_after_ns, cpu_overhead, ..checked() };
         let fast = assert_same(&scn, policy, opts)?;
         prop_assert_eq!(fast.dependency_violations, 0);
     }

@@ -100,7 +100,8 @@ pub trait Policy {
     }
 
     /// True only if `place` answers every op with its home group at priority 0 in the
-    /// order offered, `admit` is the default (one iteration per instance at a time), and
+    /// order offered (asking no what-if: the core then keeps no timeline to answer
+    /// one), `admit` is the default (one iteration per instance at a time), and
     /// neither keeps state: the core may then run an iteration on GPUs no other
     /// instance uses as one event, without asking (its results are identical). Native
     /// builds only: a Wasm plugin is always asked op by op.
