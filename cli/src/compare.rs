@@ -79,7 +79,7 @@ pub fn run(a: Args) -> Result<()> {
     })?;
     let mut results = results.into_inner().expect("threads joined");
     results.sort_by_key(|(i, _)| *i);
-    let dedicated = results.iter().find(|(_, s)| s.policy == "dedicated").map(|(_, s)| s);
+    let dedicated = results.iter().find(|(_, s)| slicesched_report::is_dedicated(&s.policy)).map(|(_, s)| s);
     let rows: Vec<PolicyRow> = results
         .iter()
         .map(|(_, s)| PolicyRow {

@@ -10,7 +10,8 @@ mod table;
 pub use family::{family_table, ratio_spread, write_family, write_family_plot, FamilyEntry, FamilyReport, RatioSpread};
 pub use plots::{write_plots, PlotError};
 pub use sweep::{
-    goodput_ratios, write_sweep, write_sweep_plot, SweepPoint, SweepRatio, SweepReport, SweepResult, SweepTiming,
+    goodput_ratios, is_dedicated, write_sweep, write_sweep_plot, SweepPoint, SweepRatio, SweepReport, SweepResult,
+    SweepTiming,
 };
 pub use table::{summary_table, sweep_table};
 

@@ -30,13 +30,19 @@ pub struct SweepRatio {
     pub goodput_vs_dedicated: Option<f64>,
 }
 
+/// Whether a policy name is the container-level baseline: `dedicated`, in its Wasm
+/// build or natively (`native:dedicated`, the same policy, far faster to replay).
+pub fn is_dedicated(policy: &str) -> bool {
+    policy == "dedicated" || policy == "native:dedicated"
+}
+
 /// Each result's goodput relative to `dedicated` at the same target (what the CLI's and
 /// the control plane's sweeps both report).
 pub fn goodput_ratios(results: &[SweepResult]) -> Vec<SweepRatio> {
     results
         .iter()
         .map(|r| {
-            let base = results.iter().find(|d| d.policy == "dedicated" && d.target == r.target).map(|d| d.rate_scale);
+            let base = results.iter().find(|d| is_dedicated(&d.policy) && d.target == r.target).map(|d| d.rate_scale);
             let goodput_vs_dedicated = base.filter(|b| *b > 0.0).map(|b| r.rate_scale / b);
             SweepRatio { policy: r.policy.clone(), target: r.target, goodput_vs_dedicated }
         })
@@ -171,6 +177,23 @@ pub fn write_sweep_plot(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_native_build_of_dedicated_is_the_baseline_too() {
+        let r = |policy: &str, rate_scale: f64| SweepResult {
+            policy: policy.into(),
+            target: 0.09,
+            rate_scale,
+            prompt_tokens_per_s: 0.0,
+            output_tokens_per_s: 0.0,
+            violation_rate: 0.0,
+            oom_events: 0,
+            status: "found".into(),
+        };
+        let ratios = goodput_ratios(&[r("native:dedicated", 0.5), r("native:slice", 0.75)]);
+        assert_eq!(ratios[1].goodput_vs_dedicated, Some(1.5));
+        assert_eq!(ratios[0].goodput_vs_dedicated, Some(1.0));
+    }
 
     fn point(policy: &str, rate_scale: f64, violation_rate: f64) -> SweepPoint {
         SweepPoint {

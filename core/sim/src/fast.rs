@@ -156,6 +156,9 @@ pub(crate) struct FastState {
     shared: Vec<(Vec<u32>, Vec<u32>)>,
     /// The policy stays home only while the home is free (`Policy::home_when_free`).
     when_free: bool,
+    /// A batch is launching inside `Sim::start_iterations` (no CPU overhead), which
+    /// asks `admit` again once the launch returns.
+    pub inline_launch: bool,
     /// Per tenant: its arrival times (only when some instance shares GPUs).
     arrivals: Vec<Vec<u64>>,
     /// Per instance: its fast iteration in flight, and its DAG shape's schedule.
@@ -256,9 +259,10 @@ impl Sim<'_> {
             return false;
         }
         // Under `when_free` the policy's `admit` may open another micro-batch whenever
-        // it is asked: launched without CPU overhead, this iteration would be asked
-        // right after it starts if the engine had anything else to schedule.
-        if self.fast.when_free && self.insts[inst].engine.has_schedulable() {
+        // it is asked: launched inside the call that scheduled it (no CPU overhead),
+        // this iteration would be asked right after it starts if the engine had anything
+        // else to schedule. (A `Launch` event asks nobody.)
+        if self.fast.when_free && self.fast.inline_launch && self.insts[inst].engine.has_schedulable() {
             return false;
         }
         let (l0, layers) = (self.now, dag.layers as u64);

@@ -627,7 +627,9 @@ impl Sim<'_> {
         let overhead = self.opts.cpu_overhead.iteration_ns(b.prefills.len() + b.decodes.len());
         rt.next_launch = rt.next_launch.min(self.now + overhead);
         if overhead == 0 {
+            self.fast.inline_launch = true;
             self.launch(inst, batch);
+            self.fast.inline_launch = false;
         } else {
             self.push(self.now + overhead, Ev::Launch(inst as u32, batch));
         }
