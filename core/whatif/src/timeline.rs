@@ -171,14 +171,7 @@ impl Timeline {
                 deps.push((x, t));
             }
         }
-        let ins: SmallVec<[u32; 4]> = op
-            .gpus
-            .iter()
-            .map(|&g| {
-                let (o, ns) = (&self.order[g as usize], self.n_started[g as usize] as usize);
-                (ns + o[ns..].partition_point(|&y| self.nodes[y as usize].eff >= eff)) as u32
-            })
-            .collect();
+        let ins = op.gpus.iter().map(|&g| self.insertion_point(g, eff)).collect();
         self.place_node(op, eff, ins, deps);
         self.stale = true;
         Ok(())
@@ -247,6 +240,13 @@ impl Timeline {
             self.order[g].insert(ins[i] as usize, slot);
             self.renumber(g, ins[i] as usize);
         }
+    }
+
+    /// Where a not-started op of queue priority `eff` goes in GPU `g`'s order: after
+    /// the started ops and every queued one of at least its priority (it is the newest).
+    pub(crate) fn insertion_point(&self, g: u32, eff: i32) -> u32 {
+        let (o, ns) = (&self.order[g as usize], self.n_started[g as usize] as usize);
+        (ns + o[ns..].partition_point(|&y| self.nodes[y as usize].eff >= eff)) as u32
     }
 
     /// Rewrites the stored positions of `order[g][from..]`.

@@ -143,14 +143,7 @@ impl Timeline {
                     deps.push((x, t, k));
                 }
             }
-            let ins = c
-                .gpus
-                .iter()
-                .map(|&g| {
-                    let (o, ns) = (&self.order[g as usize], self.n_started[g as usize] as usize);
-                    (ns + o[ns..].partition_point(|&y| self.nodes[y as usize].eff >= eff)) as u32
-                })
-                .collect();
+            let ins = c.gpus.iter().map(|&g| self.insertion_point(g, eff)).collect();
             let seq = self.next_seq + j as u64;
             s.cands.push(CandState { eff, seq, ins, deps, start: 0, finish: 0 });
             s.heap.push(Reverse((qkey(eff, seq).0, seq, CAND | j as u32)));
