@@ -115,6 +115,9 @@ pub struct Engine {
     preempted: Vec<SeqId>,
     /// Most KV tokens a request holds (sliding-window attention), if capped.
     kv_window: Option<u32>,
+    /// Free blocks lent to the activations of executing micro-batches
+    /// ([`Engine::lend_blocks`]): held, so no request takes them meanwhile.
+    lent: u32,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -143,6 +146,7 @@ impl Engine {
             preemptions: 0,
             preempted: Vec::new(),
             kv_window: None,
+            lent: 0,
         }
     }
 
@@ -155,7 +159,28 @@ impl Engine {
     pub fn kv_blocks_free(&self) -> u32 {
         self.blocks_free
     }
-    /// Blocks requests hold now.
+    /// Lends `n` free blocks (to activations), keeping a tenth of the cache free for the
+    /// requests running to grow into, so lending never preempts; false if they are not there.
+    pub fn lend_blocks(&mut self, n: u32) -> bool {
+        if self.blocks_free < n.saturating_add(self.blocks_total / 10) {
+            return false;
+        }
+        self.blocks_free -= n;
+        self.lent += n;
+        true
+    }
+    /// Takes back up to `n` lent blocks; returns how many came back.
+    pub fn return_blocks(&mut self, n: u32) -> u32 {
+        let n = n.min(self.lent);
+        self.lent -= n;
+        self.blocks_free += n;
+        n
+    }
+    /// Blocks lent out now.
+    pub fn lent_blocks(&self) -> u32 {
+        self.lent
+    }
+    /// Blocks requests hold now, and those lent out.
     pub fn kv_blocks_held(&self) -> u32 {
         self.blocks_total - self.blocks_free
     }
@@ -685,6 +710,20 @@ mod tests {
     fn too_long_is_refused() {
         let mut e = Engine::new(EngineConfig::default(), 10);
         assert!(matches!(e.add_request(1000, 10), Admission::TooLong { .. }));
+    }
+
+    #[test]
+    fn lent_blocks_are_held_until_returned_and_never_the_last_tenth() {
+        let mut e = Engine::new(EngineConfig::default(), 1000);
+        assert!(!e.lend_blocks(901), "a tenth of the cache stays free for running requests");
+        assert!(e.lend_blocks(300));
+        assert_eq!((e.kv_blocks_free(), e.kv_blocks_held(), e.lent_blocks()), (700, 300, 300));
+        // A shared pool shrinking under the engine never takes lent blocks.
+        e.set_kv_blocks_total(200);
+        assert_eq!(e.kv_blocks_total(), 300);
+        e.set_kv_blocks_total(1000);
+        assert_eq!(e.return_blocks(500), 300, "only what was lent comes back");
+        assert_eq!((e.kv_blocks_free(), e.lent_blocks()), (1000, 0));
     }
 
     proptest::proptest! {

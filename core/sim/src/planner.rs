@@ -228,12 +228,18 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
                 if got[i] >= wanted[i] {
                     continue;
                 }
+                // A serving copy is judged on its own memory, as a request-level policy
+                // would judge it: the room for other tenants' borrowed ops is taken
+                // beside it only where some is left (below). Charging it first left the
+                // bursty code tenants of generated mixes with weight-only copies where
+                // `pooled` got serving ones, and twice the violations.
+                let guest_factor = if mode == ReplicaMode::Serving { 0.0 } else { spec.guest_reserve_factor };
                 let lenders = Lenders {
                     budget: &budget,
                     share: &share,
                     owner_rho: &owner_rho,
                     guest_act: &guest_max_act,
-                    guest_factor: if mode == ReplicaMode::Serving { 0.0 } else { spec.guest_reserve_factor },
+                    guest_factor: if serving { 0.0 } else { guest_factor },
                 };
                 let Some((gpus, mut copy)) = next_copy(scn, &out.deployment, &homes, &lenders, h, serving) else {
                     continue;
@@ -241,12 +247,19 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
                 copy.group = out.deployment.group_for(&gpus);
                 let busy = gpus.iter().map(|x| owner_rho[x.0 as usize]);
                 got[i] += capacity_of(&copy, t.model.num_hidden_layers as u32, busy.fold(0.0, f64::max));
+                let lend = Lenders { guest_factor, ..lenders };
                 let growth: Vec<u64> =
-                    gpus.iter().map(|x| lenders.reserve_growth(x.0 as usize, t.activation_reserve)).collect();
+                    gpus.iter().map(|x| lend.reserve_growth(x.0 as usize, t.activation_reserve)).collect();
+                // Ops borrowed into the copy's group need the guest reserve on every GPU
+                // of it; where it does not fit, the copy serves requests only (the core
+                // refuses borrowed ops beyond the reserve).
+                let room = gpus.iter().zip(&growth).all(|(x, g)| copy.weight_bytes_per_gpu + g <= budget[x.0 as usize]);
                 for (x, grow) in gpus.iter().zip(growth) {
-                    let cost = copy.weight_bytes_per_gpu + grow;
+                    let cost = copy.weight_bytes_per_gpu + if room { grow } else { 0 };
                     budget[x.0 as usize] -= cost.min(budget[x.0 as usize]);
-                    guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
+                    if room {
+                        guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
+                    }
                 }
                 out.deployment.homes.push(copy);
                 placed = true;

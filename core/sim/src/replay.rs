@@ -608,13 +608,69 @@ impl Sim<'_> {
     }
 
     /// Whether `batch`'s activations fit beside those of the instance's executing
-    /// batches within its activation reserve, each at its peak.
-    fn activations_fit(&self, inst: usize, batch: BatchId) -> bool {
+    /// batches, each at its peak, within its activation reserve and the KV blocks lent
+    /// to it; where they do not, free KV blocks are lent (taken out of the cache's free
+    /// blocks and out of the GPUs' KV pool in the ledger) to cover the rest, if there
+    /// are enough. The reserve holds one full-budget prefill beside a decode step; on
+    /// bursty-8t at rate scale 4.47, deferring every micro-batch beyond it instead
+    /// took `slice` from 7.65% to 17.56% violations.
+    fn activations_fit(&mut self, inst: usize, batch: BatchId) -> bool {
+        let need = self.executing_peak(inst) + self.batch_peak(inst, batch);
+        let (reserve, block) = self.reserve_and_block(inst);
+        let have = reserve + self.insts[inst].engine.lent_blocks() as u64 * block;
+        if need <= have {
+            return true;
+        }
+        let n = (need - have).div_ceil(block.max(1));
+        if n > u32::MAX as u64 || !self.insts[inst].engine.lend_blocks(n as u32) {
+            return false;
+        }
+        self.move_kv_pool(inst, n * block, false);
+        self.kv_sync(inst);
+        true
+    }
+
+    /// After a batch ended: lent blocks the executing ones no longer need go back.
+    fn settle_lent(&mut self, inst: usize) {
+        if self.insts[inst].engine.lent_blocks() == 0 {
+            return;
+        }
+        let (reserve, block) = self.reserve_and_block(inst);
+        let over = self.executing_peak(inst).saturating_sub(reserve).div_ceil(block.max(1));
+        let lent = self.insts[inst].engine.lent_blocks() as u64;
+        if over < lent {
+            let back = self.insts[inst].engine.return_blocks((lent - over) as u32) as u64;
+            self.move_kv_pool(inst, back * block, true);
+        }
+    }
+
+    fn batch_peak(&self, inst: usize, b: BatchId) -> u64 {
         let rt = &self.insts[inst];
         let t = &self.scn.tenants[rt.tenant.index()];
-        let tp = t.gpus.len() as u32;
-        let peak = |b: BatchId| crate::scenario::peak_activation_bytes(&t.model, tp, rt.engine.batch(b));
-        rt.batches.iter().map(|&b| peak(b)).sum::<u64>() + peak(batch) <= t.activation_reserve
+        crate::scenario::peak_activation_bytes(&t.model, t.gpus.len() as u32, rt.engine.batch(b))
+    }
+
+    fn executing_peak(&self, inst: usize) -> u64 {
+        self.insts[inst].batches.iter().map(|&b| self.batch_peak(inst, b)).sum()
+    }
+
+    /// The instance's activation reserve and the bytes of one KV block, per GPU.
+    fn reserve_and_block(&self, inst: usize) -> (u64, u64) {
+        let t = &self.scn.tenants[self.insts[inst].tenant.index()];
+        (t.activation_reserve, t.engine.block_size as u64 * t.model.kv_bytes_per_token(t.gpus.len() as u32))
+    }
+
+    /// Lent KV bytes leave the GPUs' KV pools in the ledger (activations take them), or
+    /// come back.
+    fn move_kv_pool(&mut self, inst: usize, bytes: u64, back: bool) {
+        for g in &self.scn.deployment.group(self.insts[inst].group).gpus {
+            let l = &mut self.dev.gpus[g.0 as usize].ledger;
+            if back {
+                l.alloc(MemoryKind::KvPool, bytes, self.now);
+            } else {
+                l.release(MemoryKind::KvPool, bytes);
+            }
+        }
     }
 
     /// The batch starts executing: it reaches the GPUs after the engine's CPU overhead.
@@ -773,6 +829,7 @@ impl Sim<'_> {
         if let Some(x) = self.exec.as_mut() {
             x.take_ended(&mut self.ends);
         }
+        self.settle_lent(inst);
         self.kv_sync(inst);
         self.apply_ends();
         self.start_iterations(inst);
