@@ -161,6 +161,15 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
     for (t, l) in scn.tenants.iter().zip(&loads) {
         t.gpus.iter().for_each(|g| owner_rho[g.0 as usize] += l.rho_mean);
     }
+    // Per GPU, whether an owner's bursts overflow it: such a GPU takes no serving copy.
+    // A copy's requests stay for their whole prefill and decode and its KV stays with
+    // them, so they are there when the owner's next burst comes (gen-15 of
+    // scenarios/family: a long-prompt tenant's copy on a bursty owner's GPU, its 95k
+    // prompts in the owner's bursts).
+    let mut owner_bursts = vec![false; n];
+    for (t, l) in scn.tenants.iter().zip(&loads) {
+        t.gpus.iter().for_each(|g| owner_bursts[g.0 as usize] |= l.rho_peak > RHO_OVERLOAD);
+    }
     let wanted: Vec<f64> = out
         .tenants
         .iter()
@@ -238,6 +247,7 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
                     budget: &budget,
                     share: &share,
                     owner_rho: &owner_rho,
+                    owner_bursts: &owner_bursts,
                     guest_act: &guest_max_act,
                     guest_factor: if serving { 0.0 } else { guest_factor },
                 };
@@ -289,6 +299,7 @@ struct Lenders<'a> {
     budget: &'a [u64],
     share: &'a [u64],
     owner_rho: &'a [f64],
+    owner_bursts: &'a [bool],
     guest_act: &'a [u64],
     guest_factor: f64,
 }
@@ -302,7 +313,8 @@ impl Lenders<'_> {
 
 /// The next copy of `h`'s tenant, if one fits, and the GPUs it goes on: another
 /// tenant's home group of the same size (same TP layout) whose owners are not busy
-/// ([`OWNER_BUSY`]); nearest first (same
+/// ([`OWNER_BUSY`]) and, for a serving copy, whose owners' bursts fit their GPUs;
+/// nearest first (same
 /// node), then the one whose owners leave the most time spare, then the one with the
 /// most budget left; whole, or (weight-only) the layer range that fits.
 fn next_copy(
@@ -332,6 +344,7 @@ fn next_copy(
         !g.iter().any(|x| t.gpus.contains(x))
             && !dep.homes.iter().any(|r| r.tenant == h.tenant && dep.group(r.group).gpus == *g)
             && busy(g) < OWNER_BUSY
+            && !(serving && g.iter().any(|x| lenders.owner_bursts[x.0 as usize]))
     });
     targets.sort();
     targets.dedup();
@@ -413,9 +426,14 @@ mod tests {
         for (i, (model, homes, rate, extra)) in tenants.iter().enumerate() {
             text += &format!(
                 "[[tenants]]\nname = \"t{i}\"\nmodel = \"{model}\"\ngpus = {homes}\n{extra}\n\
-                 sla = {{ ttft_ms = 400, ttft_ms_per_1k = 200, tpot_ms = 50 }}\n\
-                 trace = {{ kind = \"poisson\", rate = {rate}, prompt = {{ dist = \"lognormal\", median = 1500, p90 = 4000, max = 8192 }}, output = {{ dist = \"lognormal\", median = 100, p90 = 300, max = 1024 }} }}\n"
+                 sla = {{ ttft_ms = 400, ttft_ms_per_1k = 200, tpot_ms = 50 }}\n"
             );
+            // `extra` may give the trace; else a Poisson one at `rate`.
+            if !extra.starts_with("trace") {
+                text += &format!(
+                    "trace = {{ kind = \"poisson\", rate = {rate}, prompt = {{ dist = \"lognormal\", median = 1500, p90 = 4000, max = 8192 }}, output = {{ dist = \"lognormal\", median = 100, p90 = 300, max = 1024 }} }}\n"
+                );
+            }
         }
         let spec: crate::ScenarioSpec = toml::from_str(&text).unwrap();
         Scenario::from_spec(spec, Path::new("t.toml"), Path::new(".")).unwrap()
@@ -485,6 +503,31 @@ mod tests {
         let s = scenario(2, &[("llama-3-8b", "[0]", 12.0, ""), ("llama-3-8b", "[1]", 0.3, "")]);
         let p = plan(&s, ReplicaMode::Both).unwrap();
         assert!(p.deployment.replicas(TenantId(0)).all(|h| h.serves));
+    }
+
+    #[test]
+    fn a_gpu_whose_owner_bursts_past_it_takes_no_serving_copy() {
+        // t0 is overloaded; t1 is idle on average but its bursts overflow GPU 1 (ON 20 s
+        // at 30 req/s, OFF 200 s); t2 is steady and light.
+        let bursts = "trace = { kind = \"onoff\", rate_on = 30.0, rate_off = 0.05, mean_on_s = 20.0, mean_off_s = 200.0, \
+                      prompt = { dist = \"lognormal\", median = 1500, p90 = 4000, max = 8192 }, \
+                      output = { dist = \"lognormal\", median = 10, p90 = 30, max = 64 } }";
+        let s = scenario(
+            3,
+            &[("llama-3-8b", "[0]", 14.0, ""), ("llama-3-8b", "[1]", 0.0, bursts), ("llama-3-8b", "[2]", 0.2, "")],
+        );
+        let loads = tenant_loads(&s);
+        assert!(loads[1].rho_mean < OWNER_BUSY && loads[1].rho_peak > RHO_OVERLOAD, "{loads:?}");
+        for mode in [ReplicaMode::Serving, ReplicaMode::Both] {
+            let p = plan(&s, mode).unwrap();
+            let on_1 = |h: &TenantHome| p.deployment.group(h.group).gpus == [GpuId(1)];
+            assert!(
+                !p.deployment.homes.iter().any(|h| h.serves && !h.is_home && on_1(h)),
+                "{mode:?}: a serving copy on the bursty owner's GPU: {:?}",
+                p.deployment.homes
+            );
+            assert!(copies_of(&p, 0).contains(&vec![2]), "{mode:?}: {:?}", p.deployment.homes);
+        }
     }
 
     fn copy(layers: (u32, u32)) -> TenantHome {
