@@ -509,7 +509,8 @@ mod tests {
     fn a_gpu_whose_owner_bursts_past_it_takes_no_serving_copy() {
         // t0 is overloaded; t1 is idle on average but its bursts overflow GPU 1 (ON 20 s
         // at 30 req/s, OFF 200 s); t2 is steady and light.
-        let bursts = "trace = { kind = \"onoff\", rate_on = 30.0, rate_off = 0.05, mean_on_s = 20.0, mean_off_s = 200.0, \
+        let bursts =
+            "trace = { kind = \"onoff\", rate_on = 30.0, rate_off = 0.05, mean_on_s = 20.0, mean_off_s = 200.0, \
                       prompt = { dist = \"lognormal\", median = 1500, p90 = 4000, max = 8192 }, \
                       output = { dist = \"lognormal\", median = 10, p90 = 30, max = 64 } }";
         let s = scenario(
