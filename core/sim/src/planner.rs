@@ -156,19 +156,18 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
             ((free as f64 * spec.replica_memory_fraction) as u64).min(free.saturating_sub(keep))
         })
         .collect();
-    // Per GPU, its owners' mean busy share: a busy owner's GPU lends nothing.
+    // Per GPU, its owners' mean busy share (a busy owner's GPU lends nothing) and
+    // whether an owner's bursts overflow it (it takes no serving copy: a copy's requests
+    // stay for their whole prefill and decode and their KV with them, so they are there
+    // when the owner's next burst comes; gen-15 of scenarios/family put a long-prompt
+    // tenant's copy, 95k-token prompts, on a bursty owner's GPU).
     let mut owner_rho = vec![0f64; n];
-    for (t, l) in scn.tenants.iter().zip(&loads) {
-        t.gpus.iter().for_each(|g| owner_rho[g.0 as usize] += l.rho_mean);
-    }
-    // Per GPU, whether an owner's bursts overflow it: such a GPU takes no serving copy.
-    // A copy's requests stay for their whole prefill and decode and its KV stays with
-    // them, so they are there when the owner's next burst comes (gen-15 of
-    // scenarios/family: a long-prompt tenant's copy on a bursty owner's GPU, its 95k
-    // prompts in the owner's bursts).
     let mut owner_bursts = vec![false; n];
     for (t, l) in scn.tenants.iter().zip(&loads) {
-        t.gpus.iter().for_each(|g| owner_bursts[g.0 as usize] |= l.rho_peak > RHO_OVERLOAD);
+        for g in &t.gpus {
+            owner_rho[g.0 as usize] += l.rho_mean;
+            owner_bursts[g.0 as usize] |= l.rho_peak > RHO_OVERLOAD;
+        }
     }
     let wanted: Vec<f64> = out
         .tenants

@@ -131,8 +131,10 @@ pub(crate) struct InstRt {
     pub inflight: u32,
     /// Earliest pending launch, for the owner-need signal.
     pub next_launch: u64,
-    /// The batches executing (launched or waiting for their CPU overhead).
-    pub batches: Vec<BatchId>,
+    /// The batches executing (launched or waiting for their CPU overhead), each with its
+    /// peak activation bytes per GPU once the micro-batch check has needed it (a DAG
+    /// walk, done at most once per batch and never for a lone batch).
+    pub batches: Vec<(BatchId, Option<u64>)>,
     /// An extra micro-batch formed while the activations of those executing left no
     /// room for it: it launches when one of them ends.
     pub deferred: Option<BatchId>,
@@ -587,23 +589,31 @@ impl Sim<'_> {
             let Some(batch) = scheduled else { return };
             // Memory safety: the policy admits micro-batches, the core checks that their
             // activations fit the instance's reserve (a lone batch always does).
-            if self.insts[inst].inflight > 0 && !self.activations_fit(inst, batch) {
-                self.insts[inst].deferred = Some(batch);
-                self.deferred_batches += 1;
-                return;
+            let mut peak = None;
+            if self.insts[inst].inflight > 0 {
+                peak = self.activations_fit(inst, batch);
+                if peak.is_none() {
+                    self.insts[inst].deferred = Some(batch);
+                    self.deferred_batches += 1;
+                    return;
+                }
             }
-            self.begin_iteration(inst, batch);
+            self.begin_iteration(inst, batch, peak);
         }
     }
 
     /// Launches the deferred micro-batch if it fits now; false if it still waits.
     fn launch_deferred(&mut self, inst: usize) -> bool {
         let batch = self.insts[inst].deferred.expect("a deferred batch");
-        if self.insts[inst].inflight > 0 && !self.activations_fit(inst, batch) {
-            return false;
+        let mut peak = None;
+        if self.insts[inst].inflight > 0 {
+            peak = self.activations_fit(inst, batch);
+            if peak.is_none() {
+                return false;
+            }
         }
         self.insts[inst].deferred = None;
-        self.begin_iteration(inst, batch);
+        self.begin_iteration(inst, batch, peak);
         true
     }
 
@@ -611,23 +621,24 @@ impl Sim<'_> {
     /// batches, each at its peak, within its activation reserve and the KV blocks lent
     /// to it; where they do not, free KV blocks are lent (taken out of the cache's free
     /// blocks and out of the GPUs' KV pool in the ledger) to cover the rest, if there
-    /// are enough. The reserve holds one full-budget prefill beside a decode step; on
+    /// are enough. Returns the batch's peak when it fits. The reserve holds one full-budget prefill beside a decode step; on
     /// bursty-8t at rate scale 4.47, deferring every micro-batch beyond it instead
     /// took `slice` from 7.65% to 17.56% violations.
-    fn activations_fit(&mut self, inst: usize, batch: BatchId) -> bool {
-        let need = self.executing_peak(inst) + self.batch_peak(inst, batch);
+    fn activations_fit(&mut self, inst: usize, batch: BatchId) -> Option<u64> {
+        let peak = self.batch_peak(inst, batch);
+        let need = self.executing_peak(inst) + peak;
         let (reserve, block) = self.reserve_and_block(inst);
         let have = reserve + self.insts[inst].engine.lent_blocks() as u64 * block;
         if need <= have {
-            return true;
+            return Some(peak);
         }
         let n = (need - have).div_ceil(block.max(1));
         if n > u32::MAX as u64 || !self.insts[inst].engine.lend_blocks(n as u32) {
-            return false;
+            return None;
         }
         self.move_kv_pool(inst, n * block, false);
         self.kv_sync(inst);
-        true
+        Some(peak)
     }
 
     /// After a batch ended: lent blocks the executing ones no longer need go back.
@@ -650,8 +661,16 @@ impl Sim<'_> {
         crate::scenario::peak_activation_bytes(&t.model, t.gpus.len() as u32, rt.engine.batch(b))
     }
 
-    fn executing_peak(&self, inst: usize) -> u64 {
-        self.insts[inst].batches.iter().map(|&b| self.batch_peak(inst, b)).sum()
+    /// The executing batches' peaks summed, each computed once and kept.
+    fn executing_peak(&mut self, inst: usize) -> u64 {
+        let mut sum = 0;
+        for k in 0..self.insts[inst].batches.len() {
+            let (b, known) = self.insts[inst].batches[k];
+            let peak = known.unwrap_or_else(|| self.batch_peak(inst, b));
+            self.insts[inst].batches[k].1 = Some(peak);
+            sum += peak;
+        }
+        sum
     }
 
     /// The instance's activation reserve and the bytes of one KV block, per GPU.
@@ -674,11 +693,11 @@ impl Sim<'_> {
     }
 
     /// The batch starts executing: it reaches the GPUs after the engine's CPU overhead.
-    fn begin_iteration(&mut self, inst: usize, batch: BatchId) {
+    fn begin_iteration(&mut self, inst: usize, batch: BatchId, peak: Option<u64>) {
         let rt = &mut self.insts[inst];
         self.single_iterations += (rt.inflight == 0) as u64;
         rt.inflight += 1;
-        rt.batches.push(batch);
+        rt.batches.push((batch, peak));
         let b = rt.engine.batch(batch);
         let overhead = self.opts.cpu_overhead.iteration_ns(b.prefills.len() + b.decodes.len());
         rt.next_launch = rt.next_launch.min(self.now + overhead);
@@ -801,7 +820,7 @@ impl Sim<'_> {
         }
         let rt = &mut self.insts[inst];
         rt.inflight -= 1;
-        let k = rt.batches.iter().position(|&b| b == batch).expect("an executing batch");
+        let k = rt.batches.iter().position(|b| b.0 == batch).expect("an executing batch");
         rt.batches.swap_remove(k);
         let sampled = rt.engine.batch(batch).sampled();
         self.series.add_tokens(self.now, new_prompt_tokens, sampled);
