@@ -24,6 +24,11 @@ pub struct EngineConfig {
     /// than mixed ones, so decode steps never wait behind a prefill chunk's pass; one
     /// batch of decodes at a time.
     pub split_micro_batches: bool,
+    /// Token budget of a batch that carries decode steps, or that forms while this
+    /// engine's decodes execute (Sarathi-Serve's stall-free budget: a decoding request's
+    /// next token never waits behind a long prefill chunk). 0: the replay derives it from
+    /// the tenant's TPOT target and the cost model; at or above `max_batched_tokens`: no cap.
+    pub decode_token_budget: u32,
 }
 
 impl Default for EngineConfig {
@@ -35,6 +40,7 @@ impl Default for EngineConfig {
             chunked_prefill: true,
             watermark: 0.01,
             split_micro_batches: true,
+            decode_token_budget: 0,
         }
     }
 }
@@ -330,6 +336,23 @@ impl Engine {
             && self.decode_batches == 0
             && self.running.iter().any(|v| !self.seqs[v.0 as usize].inflight && !self.seqs[v.0 as usize].in_prefill());
         let prefill_only = split && !decode_only;
+        // Decode steps this batch may take: budget is kept for them ahead of any prefill
+        // chunk (Sarathi-Serve), so a chunk never pushes a decode to the next iteration.
+        let mut decodes_left = if prefill_only {
+            0
+        } else {
+            self.running
+                .iter()
+                .filter(|v| {
+                    let s = &self.seqs[v.0 as usize];
+                    !s.inflight && !s.in_prefill()
+                })
+                .count() as u32
+        };
+        let cap = self.cfg.decode_token_budget;
+        if cap > 0 && cap < budget && (decodes_left > 0 || self.decode_batches > 0) {
+            budget = cap;
+        }
 
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
@@ -340,9 +363,15 @@ impl Engine {
                 continue;
             }
             let (work, tokens) = if s.in_prefill() {
-                let chunk = (s.prefill_target().max(s.prompt) - s.computed).min(budget);
+                let room = budget.saturating_sub(decodes_left);
+                if room == 0 {
+                    i += 1;
+                    continue;
+                }
+                let chunk = (s.prefill_target().max(s.prompt) - s.computed).min(room);
                 (Work::Prefill(chunk), chunk)
             } else {
+                decodes_left -= 1;
                 (Work::Decode, 1)
             };
             let need = self.blocks_for(s.computed + tokens).saturating_sub(s.blocks);
@@ -661,6 +690,47 @@ mod tests {
                 assert_eq!(shape(&e, next), (1, 1));
             }
         }
+    }
+
+    #[test]
+    fn decode_budget_caps_the_chunk_only_while_decodes_ride() {
+        let cfg = EngineConfig { max_batched_tokens: 1000, decode_token_budget: 300, ..Default::default() };
+        let mut e = Engine::new(cfg, 1000);
+        let mut ev = Vec::new();
+        e.add_request(2000, 5);
+        // No decode anywhere: the chunk takes the whole budget.
+        let a = e.schedule().unwrap();
+        assert_eq!(e.batch(a).prefills[0].chunk, 1000);
+        e.complete(a, &mut ev);
+        let b = e.schedule().unwrap();
+        assert_eq!(e.batch(b).prefills[0].chunk, 1000);
+        e.complete(b, &mut ev);
+        e.add_request(500, 5);
+        // Request 0 decodes now: its step rides with at most 299 of request 1's tokens.
+        let c = e.schedule().unwrap();
+        assert_eq!(e.batch(c).decodes.len(), 1);
+        assert_eq!(e.batch(c).prefills.iter().map(|p| p.chunk).sum::<u32>(), 299);
+    }
+
+    #[test]
+    fn a_chunk_ahead_of_decodes_leaves_them_room() {
+        // Request 0 is part-way through a long prompt and ahead of request 1, which
+        // decodes: the chunk yields a token of the budget rather than push the decode
+        // to the next iteration.
+        let cfg = EngineConfig { max_batched_tokens: 100, ..Default::default() };
+        let mut e = Engine::new(cfg, 1000);
+        let mut ev = Vec::new();
+        e.add_request(1000, 5);
+        let a = e.schedule().unwrap();
+        e.add_request(10, 5);
+        // Beside request 0's chunk, request 1's prompt goes in a batch of its own.
+        let b = e.schedule().unwrap();
+        assert_eq!(e.batch(b).prefills, vec![PrefillItem { chunk: 10, prior_kv: 0, samples: true }]);
+        e.complete(a, &mut ev);
+        e.complete(b, &mut ev);
+        let c = e.schedule().unwrap();
+        assert_eq!(e.batch(c).decodes.len(), 1);
+        assert_eq!(e.batch(c).prefills[0].chunk, 99);
     }
 
     #[test]

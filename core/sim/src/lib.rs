@@ -11,6 +11,7 @@
 //! same scenario and seed give the same result bit for bit. Wall-clock figures are
 //! measured by callers and reported under `timing`.
 
+mod budget;
 mod busy;
 mod devices;
 mod exec;

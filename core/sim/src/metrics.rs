@@ -331,6 +331,9 @@ pub struct Scheduling {
     /// Extra micro-batches the policy admitted that waited for an executing one to end:
     /// their activations did not fit the instance's reserve beside those executing.
     pub deferred_micro_batches: u64,
+    /// Per tenant, the token budget of its home's iterations that carry decode steps
+    /// (its engine's `decode_token_budget`, or the one derived from its TPOT target).
+    pub decode_token_budgets: Vec<(String, u32)>,
 }
 
 /// The replay's summary (`summary.json`).

@@ -261,7 +261,7 @@ impl<'a> Sim<'a> {
         exec: Option<&'a mut dyn crate::OpExecutor>,
     ) -> Self {
         let dev = Devices::new(&scn.cluster, &scn.deployment, policy.spatial_sharing());
-        let group_ctx = scn
+        let group_ctx: Vec<DeviceCtx> = scn
             .deployment
             .groups
             .iter()
@@ -277,12 +277,17 @@ impl<'a> Sim<'a> {
         order.sort_by_key(|h| (!h.is_home, h.tenant, h.group));
         for h in order {
             let t = &scn.tenants[h.tenant.index()];
+            let dev = &group_ctx[h.group.index()];
+            let tp = scn.deployment.group(h.group).gpus.len() as u32;
+            let budget =
+                crate::budget::decode_token_budget(cost, &opts.cpu_overhead, dev, &t.model, tp, &t.engine, &t.sla);
+            let engine = slicesched_engine::EngineConfig { decode_token_budget: budget, ..t.engine };
             tenant_insts[h.tenant.index()].push(insts.len() as u32);
             insts.push(InstRt {
                 tenant: h.tenant,
                 group: h.group,
                 is_home: h.is_home,
-                engine: Engine::new(t.engine, h.kv_blocks).with_kv_window(t.model.kv_window()),
+                engine: Engine::new(engine, h.kv_blocks).with_kv_window(t.model.kv_window()),
                 seq_to_req: IdDeque::new(),
                 inflight: 0,
                 next_launch: u64::MAX,

@@ -189,6 +189,15 @@ impl Sim<'_> {
                     .collect(),
                 micro_batches: self.iterations.saturating_sub(self.single_iterations),
                 deferred_micro_batches: self.deferred_batches,
+                decode_token_budgets: self
+                    .insts
+                    .iter()
+                    .filter(|i| i.is_home)
+                    .map(|i| {
+                        let name = self.scn.tenants[i.tenant.index()].name.clone();
+                        (name, i.engine.config().decode_token_budget)
+                    })
+                    .collect(),
             },
             gpu_busy_fraction: gpus.iter().map(|g| g.busy_fraction).sum::<f64>() / gpus.len().max(1) as f64,
             tenants,
