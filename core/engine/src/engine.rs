@@ -332,23 +332,19 @@ impl Engine {
         // Split: one batch of decodes at a time (a decode step reads all the weights,
         // however few requests it carries), and prefill chunks in the others.
         let split = self.cfg.split_micro_batches && self.inflight_seqs > 0;
-        let decode_only = split
-            && self.decode_batches == 0
-            && self.running.iter().any(|v| !self.seqs[v.0 as usize].inflight && !self.seqs[v.0 as usize].in_prefill());
+        let ready_decodes = self
+            .running
+            .iter()
+            .filter(|v| {
+                let s = &self.seqs[v.0 as usize];
+                !s.inflight && !s.in_prefill()
+            })
+            .count() as u32;
+        let decode_only = split && self.decode_batches == 0 && ready_decodes > 0;
         let prefill_only = split && !decode_only;
         // Decode steps this batch may take: budget is kept for them ahead of any prefill
         // chunk (Sarathi-Serve), so a chunk never pushes a decode to the next iteration.
-        let mut decodes_left = if prefill_only {
-            0
-        } else {
-            self.running
-                .iter()
-                .filter(|v| {
-                    let s = &self.seqs[v.0 as usize];
-                    !s.inflight && !s.in_prefill()
-                })
-                .count() as u32
-        };
+        let mut decodes_left = if prefill_only { 0 } else { ready_decodes };
         let cap = self.cfg.decode_token_budget;
         if cap > 0 && cap < budget && (decodes_left > 0 || self.decode_batches > 0) {
             budget = cap;
