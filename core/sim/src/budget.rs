@@ -40,31 +40,35 @@ pub fn decode_token_budget(
         return engine.decode_token_budget;
     }
     let target = sla.tpot_target_ns() as f64 * TPOT_SHARE;
-    let secs = |chunk: u32| {
-        let b = IterationBatch {
-            prefills: if chunk > 0 { vec![PrefillItem { chunk, prior_kv: 0, samples: true }] } else { vec![] },
-            decodes: vec![DecodeItem { kv_len: DECODE_KV }; DECODES],
-        };
-        let requests = b.prefills.len() + b.decodes.len();
-        cost.iteration_cost(dev, &model.iteration_dag(&b, tp), requests, cpu).total_ns() as f64
-    };
-    if max <= MIN_BUDGET || secs(max) <= target || secs(0) > target {
+    let price = |chunk: u32| iteration_ns(cost, cpu, dev, model, tp, chunk);
+    if max <= MIN_BUDGET || price(max) <= target || price(0) > target {
         return max;
     }
     // Largest chunk within the target, by bisection (the price grows with the chunk).
     let (mut lo, mut hi) = (MIN_BUDGET, max);
-    if secs(lo) > target {
+    if price(lo) > target {
         return MIN_BUDGET;
     }
     while hi - lo > engine.block_size.max(1) {
         let mid = lo + (hi - lo) / 2;
-        if secs(mid) <= target {
+        if price(mid) <= target {
             lo = mid;
         } else {
             hi = mid;
         }
     }
     lo
+}
+
+/// What the cost model prices an iteration of a `chunk`-token prefill chunk (none for
+/// 0) beside [`DECODES`] decode steps at, CPU time included, ns.
+fn iteration_ns(cost: &CostModel, cpu: &CpuOverhead, dev: &DeviceCtx, model: &ModelConfig, tp: u32, chunk: u32) -> f64 {
+    let b = IterationBatch {
+        prefills: if chunk > 0 { vec![PrefillItem { chunk, prior_kv: 0, samples: true }] } else { vec![] },
+        decodes: vec![DecodeItem { kv_len: DECODE_KV }; DECODES],
+    };
+    let requests = b.prefills.len() + b.decodes.len();
+    cost.iteration_cost(dev, &model.iteration_dag(&b, tp), requests, cpu).total_ns() as f64
 }
 
 #[cfg(test)]
@@ -93,14 +97,7 @@ mod tests {
         // The cap is the largest chunk within the target, to a block.
         let cost = CostModel::default_a100();
         let model = ModelConfig::preset("mistral-7b").unwrap();
-        let price = |chunk| {
-            let batch = IterationBatch {
-                prefills: vec![PrefillItem { chunk, prior_kv: 0, samples: true }],
-                decodes: vec![DecodeItem { kv_len: DECODE_KV }; DECODES],
-            };
-            cost.iteration_cost(&dev("H100-80GB"), &model.iteration_dag(&batch, 1), DECODES + 1, &cost.engine().cpu)
-                .total_ns() as f64
-        };
+        let price = |chunk| iteration_ns(cost, &cost.engine().cpu, &dev("H100-80GB"), &model, 1, chunk);
         assert!(price(b) <= 40e6 * TPOT_SHARE);
         assert!(price(b + 2 * e.block_size) > 40e6 * TPOT_SHARE);
     }
