@@ -194,3 +194,31 @@ fn micro_batches_wait_for_room_for_their_activations() {
     assert!(s.deferred_micro_batches > 0 && s.micro_batches > 0, "{s:?}");
     assert_eq!(r.summary.requests, r.summary.completed + r.summary.dropped);
 }
+
+#[test]
+fn copies_inside_a_larger_home_keep_every_invariant() {
+    // Tenant `a` (one GPU) outgrows its GPU; the two-GPU home of `c` is light, so `a`
+    // gets copies on single GPUs of it: groups overlapping another home's group, each op
+    // there waiting for its GPU and booked in its ledger. Hostile policies then push
+    // everything they can onto them.
+    let base = scenario(&scenario_text_with(11, 1.0, 14.0, "H100-80GB"));
+    for mode in [ReplicaMode::Weights, ReplicaMode::Serving] {
+        let scn = plan(&base, mode).unwrap();
+        let inside = scn.deployment.replicas(slicesched_gmg::TenantId(0)).any(|h| {
+            let g = &scn.deployment.group(h.group).gpus;
+            g.len() == 1 && g[0].0 >= 2
+        });
+        assert!(inside, "{mode:?}: no copy of `a` inside c's home: {:?}", scn.deployment.homes);
+        let runs: [(&mut dyn Policy, bool); 3] =
+            [(&mut Chaos { state: 7, mode }, false), (&mut Chaos { state: 8, mode }, true), (&mut Hog, false)];
+        for (p, follow) in runs {
+            let scn = plan(&base, p.replicas()).unwrap();
+            let opts = slicesched_sim::ReplayOptions { follow_producer: follow, ..checked() };
+            let r = replay(&scn, p, slicesched_cost::CostModel::default_a100(), opts, &mut |_| {});
+            assert_eq!(r.summary.oom_events, 0, "{mode:?} {}", p.name());
+            assert_eq!(r.dependency_violations, 0);
+            assert!(r.summary.gpus.iter().all(|g| g.peak_memory_gb <= g.capacity_gb));
+            assert_eq!(r.summary.requests, r.summary.completed + r.summary.dropped);
+        }
+    }
+}
