@@ -373,7 +373,7 @@ fn next_copy(
     // the GPU of a 7B code tenant serving 7 requests a second took its time and memory,
     // and that tenant went from 1.8% to 9.6% of its requests violating).
     let spare = |g: &[GpuId]| ((1.0 - owners_busy(scn, lenders.tenant_peak, g)).max(0.0) * 4.0) as u32;
-    targets.sort_by_key(|g| {
+    targets.sort_by_cached_key(|g| {
         let far = scn.cluster.gpu(g[0]).node != node;
         (far, std::cmp::Reverse(spare(g)), std::cmp::Reverse(min_on(lenders.budget, g)), g.clone())
     });
