@@ -34,6 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let p = plan_with(&scn, mode, cost)?;
         println!("\n{mode:?}:");
         for (i, t) in p.tenants.iter().enumerate() {
+            let t = t;
             let copies: Vec<String> = p
                 .deployment
                 .replicas(slicesched_gmg::TenantId(i as u32))
@@ -41,10 +42,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let gpus = &p.deployment.group(h.group).gpus;
                     let kind = if h.serves { "serving" } else { "weights" };
                     format!(
-                        "{kind} {:?} layers {}-{}",
+                        "{kind} {:?} layers {}-{} KV {}",
                         gpus.iter().map(|g| g.0).collect::<Vec<_>>(),
                         h.layers.0,
-                        h.layers.1
+                        h.layers.1,
+                        h.kv_blocks as u64 * t.engine.block_size as u64
                     )
                 })
                 .collect();
