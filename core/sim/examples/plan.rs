@@ -34,7 +34,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let p = plan_with(&scn, mode, cost)?;
         println!("\n{mode:?}:");
         for (i, t) in p.tenants.iter().enumerate() {
-            let t = t;
             let copies: Vec<String> = p
                 .deployment
                 .replicas(slicesched_gmg::TenantId(i as u32))
