@@ -53,6 +53,11 @@ fn load_wasm(path: &PathBuf) -> Result<Box<dyn Policy>> {
         .with_context(|| format!("loading plugin {}", path.display()))
 }
 
+/// Whether a shipped name runs its Wasm build here (it does once the plugins are built).
+pub fn runs_wasm(name: &str) -> bool {
+    slicesched_policy::BUILTIN.contains(&name) && plugin_dir().join(format!("{name}.wasm")).exists()
+}
+
 /// Says once per policy that its Wasm build is missing (the results are the same).
 fn warn_native_once(name: &str, wasm: &std::path::Path) {
     static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());

@@ -139,6 +139,12 @@ pub(crate) fn load(path: &std::path::Path, duration_s: Option<f64>) -> Result<Sc
 pub fn run(a: Args) -> Result<()> {
     let started = Instant::now();
     let policies = crate::policies::resolve(&a.policies)?;
+    // A sweep's time is mostly its replays: a Wasm build runs op by op through the
+    // sandbox and never on the fast path (a `mix-6t` `dedicated` replay took 147-213 s
+    // so, where the native build skips whole iterations).
+    for p in policies.iter().filter(|p| crate::policies::runs_wasm(p)) {
+        eprintln!("note: `{p}` runs its Wasm build, op by op and off the fast path; `native:{p}` gives the same results faster");
+    }
     ensure!(!a.violation_targets.is_empty(), "--violation-targets is empty");
     for t in &a.violation_targets {
         ensure!((0.0..1.0).contains(t), "violation target {t} is not a fraction in [0, 1)");
