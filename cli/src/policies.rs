@@ -28,15 +28,29 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>> {
     if name.ends_with(".wasm") {
         return load_wasm(&PathBuf::from(name));
     }
-    if !slicesched_policy::BUILTIN.contains(&name) && !slicesched_policy::EXAMPLES.contains(&name) {
+    if !shipped(name) {
         bail!("{}", unknown(name));
     }
-    let wasm = plugin_dir().join(format!("{name}.wasm"));
+    let wasm = wasm_build(name);
     if wasm.exists() {
         return load_wasm(&wasm);
     }
     warn_native_once(name, &wasm);
     Ok(slicesched_policy::builtin(name).expect("a shipped name"))
+}
+
+fn shipped(name: &str) -> bool {
+    slicesched_policy::BUILTIN.contains(&name) || slicesched_policy::EXAMPLES.contains(&name)
+}
+
+/// Where a shipped policy's Wasm build is looked for.
+fn wasm_build(name: &str) -> PathBuf {
+    plugin_dir().join(format!("{name}.wasm"))
+}
+
+/// Whether [`by_name`] runs `name`'s Wasm build (a shipped name whose plugin is built).
+pub fn runs_wasm(name: &str) -> bool {
+    shipped(name) && wasm_build(name).exists()
 }
 
 fn unknown(name: &str) -> String {
@@ -51,11 +65,6 @@ fn load_wasm(path: &PathBuf) -> Result<Box<dyn Policy>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading plugin {}", path.display()))?;
     slicesched_plugin_host::load(&bytes, &PluginOptions::default())
         .with_context(|| format!("loading plugin {}", path.display()))
-}
-
-/// Whether a shipped name runs its Wasm build here (it does once the plugins are built).
-pub fn runs_wasm(name: &str) -> bool {
-    slicesched_policy::BUILTIN.contains(&name) && plugin_dir().join(format!("{name}.wasm")).exists()
 }
 
 /// Says once per policy that its Wasm build is missing (the results are the same).
