@@ -18,7 +18,9 @@ pub(crate) enum State {
 pub(crate) struct Node {
     pub key: OpKey,
     pub gpus: SmallVec<[u32; 4]>,
-    /// Index in `order[gpus[i]]`, while not finished.
+    /// Index in `order[gpus[i]]`, while not finished; current only while the timeline
+    /// is not stale (the reschedule rewrites every one): keeping them current on every
+    /// mutation cost a simulator more than the queue edits themselves.
     pub pos: SmallVec<[u32; 4]>,
     pub dur: u64,
     /// Queue priority (the cap of the crate docs applied).
@@ -65,7 +67,8 @@ pub struct Timeline {
     pub(crate) next_seq: u64,
     len: usize,
     sorted: Vec<u32>,
-    /// Predicted times lag the committed state (a mutation since the last reschedule).
+    /// Predicted times and stored positions lag the committed state (a mutation since
+    /// the last reschedule).
     stale: bool,
     /// `finished`'s worklist, kept to stay allocation-free.
     stack: Vec<u32>,
@@ -238,7 +241,6 @@ impl Timeline {
         for i in 0..ins.len() {
             let g = self.nodes[slot as usize].gpus[i] as usize;
             self.order[g].insert(ins[i] as usize, slot);
-            self.renumber(g, ins[i] as usize);
         }
     }
 
@@ -249,14 +251,23 @@ impl Timeline {
         (ns + o[ns..].partition_point(|&y| self.nodes[y as usize].eff >= eff)) as u32
     }
 
-    /// Rewrites the stored positions of `order[g][from..]`.
-    fn renumber(&mut self, g: usize, from: usize) {
-        for p in from..self.order[g].len() {
-            let x = self.order[g][p] as usize;
-            let n = &mut self.nodes[x];
-            let i = n.gpus.iter().position(|&y| y as usize == g).expect("op on its GPU");
-            n.pos[i] = p as u32;
+    /// Rewrites every stored position (see `Node::pos`).
+    fn renumber(&mut self) {
+        for g in 0..self.order.len() {
+            for p in 0..self.order[g].len() {
+                let x = self.order[g][p] as usize;
+                let n = &mut self.nodes[x];
+                let i = n.gpus.iter().position(|&y| y as usize == g).expect("op on its GPU");
+                n.pos[i] = p as u32;
+            }
         }
+    }
+
+    /// Where op `x` is in GPU `g`'s order: a scan, since stored positions may lag
+    /// (`Node::pos`); started ops and the queue's head, which reality reports on, are
+    /// at its front.
+    fn position(&self, g: usize, x: u32) -> usize {
+        self.order[g].iter().position(|&y| y == x).expect("an unfinished op is in its GPUs' orders")
     }
 
     fn slot(&self, key: OpKey) -> Result<usize, TimelineError> {
@@ -282,17 +293,19 @@ impl Timeline {
         let seq = self.nodes[x].seq;
         for i in 0..self.nodes[x].gpus.len() {
             let g = self.nodes[x].gpus[i] as usize;
-            let p = self.nodes[x].pos[i] as usize;
-            self.order[g].remove(p);
+            let p = self.position(g, x as u32);
             let ns = self.n_started[g] as usize;
             let nodes = &self.nodes;
             let q = self.order[g][..ns].partition_point(|&y| {
                 let n = &nodes[y as usize];
                 (n.start, n.seq) < (at, seq)
             });
-            self.order[g].insert(q, x as u32);
+            // Usually the queue's head starting after every started op: it stays put.
+            if q != p {
+                self.order[g].remove(p);
+                self.order[g].insert(q, x as u32);
+            }
             self.n_started[g] += 1;
-            self.renumber(g, q.min(p));
         }
         let n = &mut self.nodes[x];
         n.state = State::Started;
@@ -316,12 +329,11 @@ impl Timeline {
         }
         for i in 0..self.nodes[x].gpus.len() {
             let g = self.nodes[x].gpus[i] as usize;
-            let p = self.nodes[x].pos[i] as usize;
+            let p = self.position(g, x as u32);
             self.order[g].remove(p);
             if was == State::Started {
                 self.n_started[g] -= 1;
             }
-            self.renumber(g, p);
             self.floor[g] = self.floor[g].max(at);
             self.done[g].push(x as u32);
         }
@@ -379,6 +391,7 @@ impl Timeline {
 
     /// Recomputes every queued op's times in queue order (which every wait respects).
     fn reschedule(&mut self) {
+        self.renumber();
         let mut sorted = std::mem::take(&mut self.sorted);
         sorted.clear();
         sorted.extend(
