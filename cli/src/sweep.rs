@@ -1,24 +1,24 @@
 //! `slicesched sweep`: the goodput of each policy, as the highest arrival-rate scale it
 //! serves within a violation target.
 //!
-//! The searches of every (policy, target) advance in rounds: each round gathers the scales
-//! the searches want next, replays the new ones on `--jobs` threads, and feeds the results
-//! back to every search of that policy, so targets share points.
+//! Each policy's searches (one per target) advance in rounds of their own: a round
+//! gathers the scales they want next, replays the new ones, and feeds the results back
+//! to every search of that policy, so targets share points; the rounds of different
+//! policies (and, with `--family`, scenarios) overlap on `--jobs` threads (`chains.rs`).
 //!
-//! `--family DIR` sweeps every scenario of a folder this way, one after another, and
-//! reports the distribution of each policy's goodput ratio over `dedicated` (`family.rs`).
+//! `--family DIR` sweeps every scenario of a folder at once this way and reports the
+//! distribution of each policy's goodput ratio over `dedicated` (`family.rs`).
 
+mod chains;
 mod family;
 
-use anyhow::{bail, ensure, Context, Result};
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use anyhow::{ensure, Context, Result};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
 use slicesched_report::search::{next_step, Outcome, Points, SearchOpts, Step};
 use slicesched_report::{SweepPoint, SweepReport, SweepResult, SweepTiming};
 use slicesched_sim::{ReplayOptions, Scenario};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -160,7 +160,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let path = a.scenario.as_ref().expect("clap requires --scenario without --family");
     let scenario = load(path, a.duration_s)?;
-    let report = sweep_scenario(&scenario, &sweeper, &log, None, started)?;
+    let report = sweep_scenario(&scenario, &sweeper, &log, started)?;
     let mut out = std::io::stdout().lock();
     write!(out, "{}", slicesched_report::sweep_table(&report))?;
     let replay_s = report.timing.replay_wall_s;
@@ -182,163 +182,43 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// Every policy's goodput search on one scenario. `label` prefixes the round message
-/// (a family sweep names the scenario there).
-pub(crate) fn sweep_scenario(
-    scenario: &Scenario,
-    sw: &Sweeper,
-    log: &Log,
-    label: Option<&str>,
-    started: Instant,
-) -> Result<SweepReport> {
-    let (policies, targets, opts, jobs) = (&sw.policies, &sw.targets, &sw.opts, sw.jobs);
-    let total = log.mp.add(ProgressBar::new(0));
-    total.set_style(
-        ProgressStyle::with_template("[{elapsed_precise}] {pos}/{len} replays {msg}").expect("static template"),
-    );
-    let label = label.map_or(String::new(), |l| format!("{l} "));
-
-    let mut per_policy: Vec<PolicyPoints> = policies.iter().map(|_| PolicyPoints::default()).collect();
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; policies.len() * targets.len()];
-    // Requests a model's context window refuses at arrival violate under every policy at
-    // every scale: a target below their share is out of reach, and searching for it
-    // would replay down to the smallest scale (the slowest replays) to learn that.
-    let floor = scenario.refused_share();
-    for (t, &target) in targets.iter().enumerate() {
-        if floor > target {
-            log.note(format!(
-                "{label}{:.2}% of the requests are refused for their length (context window) under every policy: \
-                 no goodput at {:.1}% violations",
-                100.0 * floor,
-                100.0 * target
-            ));
-            for p in 0..policies.len() {
-                outcomes[p * targets.len() + t] = Some(Outcome::ViolatesAtMin);
-            }
-        }
-    }
-    let mut round = 0;
-    loop {
-        let work = plan_round(&per_policy, &mut outcomes, targets, opts, jobs);
-        if work.is_empty() {
-            break;
-        }
-        round += 1;
-        total.inc_length(work.len() as u64);
-        total.set_message(format!("· {label}round {round}: {} in parallel", work.len()));
-        let stop_above = targets.iter().copied().reduce(f64::max);
-        let done = measure(scenario, policies, &work, jobs, stop_above, log, &total)?;
-        for ((p, scale), m) in work.into_iter().zip(done) {
-            if m.oom_events > 0 {
-                log.warn(format!(
-                    "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",
-                    m.oom_events, policies[p]
-                ));
-            }
-            if m.stopped_early {
-                per_policy[p].points.insert_lower_bound(scale, m.violation_rate);
-            } else {
-                per_policy[p].points.insert(scale, m.violation_rate);
-            }
-            per_policy[p].measured.push((scale, m));
-        }
-    }
-    total.finish_and_clear();
-    Ok(build_report(scenario, policies, targets, opts, &per_policy, &outcomes, jobs, started, floor))
+/// Every policy's goodput search on one scenario.
+pub(crate) fn sweep_scenario(scenario: &Scenario, sw: &Sweeper, log: &Log, started: Instant) -> Result<SweepReport> {
+    let mut out = None;
+    chains::sweep_all(&[chains::Job { scenario, label: None }], sw, log, started, |_, r| {
+        out = Some(r);
+        Ok(())
+    })?;
+    Ok(out.expect("the one scenario's report"))
 }
 
-/// The (policy index, scale) pairs to replay next, deduplicated; records finished searches.
-/// When the searches want fewer scales than there are jobs, each is asked for a wider
-/// step (longer strides, finer splits) so the spare cores do useful speculative work.
-fn plan_round(
-    per_policy: &[PolicyPoints],
+/// The scales one chain (a policy's searches on one scenario) replays next, deduplicated
+/// across its targets; records the searches that finished. `width` new scales per
+/// search at most (more than one turns bracketing into strides, bisection into splits).
+fn next_round(
+    pts: &PolicyPoints,
     outcomes: &mut [Option<Outcome>],
     targets: &[f64],
     opts: &SearchOpts,
-    jobs: usize,
-) -> Vec<(usize, f64)> {
-    let mut work = Vec::new();
-    for width in 1..=jobs {
-        work.clear();
-        for (p, pts) in per_policy.iter().enumerate() {
-            for (t, &target) in targets.iter().enumerate() {
-                let slot = &mut outcomes[p * targets.len() + t];
-                if slot.is_some() {
-                    continue;
-                }
-                match next_step(&pts.points, target, opts, width) {
-                    Step::Done(o) => *slot = Some(o),
-                    Step::Measure(scales) => {
-                        for s in scales {
-                            if !work.iter().any(|&(q, x): &(usize, f64)| q == p && (x - s).abs() <= 1e-9 * s) {
-                                work.push((p, s));
-                            }
-                        }
+    width: usize,
+) -> Vec<f64> {
+    let mut work: Vec<f64> = Vec::new();
+    for (slot, &target) in outcomes.iter_mut().zip(targets) {
+        if slot.is_some() {
+            continue;
+        }
+        match next_step(&pts.points, target, opts, width) {
+            Step::Done(o) => *slot = Some(o),
+            Step::Measure(scales) => {
+                for s in scales {
+                    if !work.iter().any(|&x| (x - s).abs() <= 1e-9 * s) {
+                        work.push(s);
                     }
                 }
             }
         }
-        if work.len() >= jobs {
-            break;
-        }
     }
     work
-}
-
-/// Replays every (policy, scale) of `work` on up to `jobs` threads; results in `work`'s order.
-fn measure(
-    scenario: &Scenario,
-    policies: &[String],
-    work: &[(usize, f64)],
-    jobs: usize,
-    stop_above: Option<f64>,
-    log: &Log,
-    total: &ProgressBar,
-) -> Result<Vec<Measured>> {
-    let mp = &log.mp;
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let results: Mutex<Vec<Option<Result<Measured>>>> = Mutex::new(work.iter().map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..jobs.min(work.len()) {
-            s.spawn(|| {
-                let bar = mp.add(ProgressBar::new(1000));
-                bar.set_style(
-                    ProgressStyle::with_template("  {spinner} {prefix:<24} {bar:30} {msg}").expect("static template"),
-                );
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= work.len() || failed.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let (p, scale) = work[i];
-                    bar.set_prefix(format!("{} @ {scale:.4}", policies[p]));
-                    bar.set_position(0);
-                    let r = replay_point(scenario, &policies[p], scale, stop_above, &bar);
-                    if let Ok(m) = &r {
-                        log.note(format!(
-                            "{} @ {scale:.4}: {}{:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
-                            policies[p],
-                            if m.stopped_early { "stopped early, over " } else { "" },
-                            100.0 * m.violation_rate,
-                            m.prompt_tokens_per_s,
-                            m.wall_s
-                        ));
-                    }
-                    failed.fetch_or(r.is_err(), Ordering::Relaxed);
-                    results.lock().expect("no worker panics while holding the lock")[i] = Some(r);
-                    total.inc(1);
-                }
-                bar.finish_and_clear();
-            });
-        }
-    });
-    results
-        .into_inner()
-        .expect("workers are joined")
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| bail!("a replay was skipped after another one failed")))
-        .collect()
 }
 
 /// Replays one point; `stop_above`: the largest target, past which the replay stops (the
@@ -367,23 +247,20 @@ fn replay_point(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn build_report(
     scenario: &Scenario,
-    policies: &[String],
-    targets: &[f64],
-    opts: &SearchOpts,
-    per_policy: &[PolicyPoints],
+    sw: &Sweeper,
+    per_policy: &[&PolicyPoints],
     outcomes: &[Option<Outcome>],
-    jobs: usize,
     started: Instant,
     refused: f64,
 ) -> SweepReport {
+    let (policies, targets, opts, jobs) = (&sw.policies, &sw.targets, &sw.opts, sw.jobs);
     let mut results = Vec::new();
     for (p, policy) in policies.iter().enumerate() {
         for (t, &target) in targets.iter().enumerate() {
             let outcome = outcomes[p * targets.len() + t].expect("every search finished");
-            let pts = &per_policy[p];
+            let pts = per_policy[p];
             let (rate_scale, status) = match outcome {
                 Outcome::Found(s) => (s, "found"),
                 Outcome::CappedAtMax => (opts.max_scale, "capped_at_max_scale"),
@@ -419,7 +296,7 @@ fn build_report(
     let points: Vec<SweepPoint> = policies
         .iter()
         .zip(per_policy)
-        .flat_map(|(policy, pts)| {
+        .flat_map(|(policy, &pts)| {
             let mut measured = pts.measured.clone();
             measured.sort_by(|x, y| x.0.total_cmp(&y.0));
             measured.into_iter().map(move |(scale, m)| SweepPoint {

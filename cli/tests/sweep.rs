@@ -126,3 +126,36 @@ fn sweep_refuses_unknown_policies_naming_the_builtins() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("unknown policy `magic`") && err.contains("dedicated"), "{err}");
 }
+
+/// Each policy's searches plan their rounds from their own points alone, with a width
+/// fixed when the sweep starts, so which replay finishes first changes nothing: with as
+/// many policies as threads, one thread and two find the same scales from the same points.
+#[test]
+fn the_figures_do_not_depend_on_which_replay_finishes_first() {
+    let run = |jobs: &str| {
+        let out = tmp(&format!("jobs{jobs}"));
+        let o = bin()
+            .args(["sweep", "--scenario", "scenarios/smoke.toml", "--policies", "dedicated,native:pooled"])
+            .args(["--violation-targets", "0.05,0.2", "--precision", "0.2", "--max-scale", "8", "--quiet"])
+            .args(["--jobs", jobs, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+        let points: Vec<(String, f64, f64)> = v["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let f = |k: &str| p[k].as_f64().unwrap();
+                (p["policy"].as_str().unwrap().to_string(), f("rate_scale"), f("violation_rate"))
+            })
+            .collect();
+        (v["results"].clone(), points)
+    };
+    let (one, two) = (run("1"), run("2"));
+    assert_eq!(one.0, two.0, "results");
+    assert_eq!(one.1, two.1, "points");
+    assert!(one.1.iter().any(|p| p.0 == "native:pooled") && one.1.iter().any(|p| p.0 == "dedicated"));
+}

@@ -1,10 +1,12 @@
 //! `slicesched sweep --family DIR`: the goodput sweep of every scenario in a folder,
 //! and the distribution of each policy's goodput ratio over `dedicated`.
 //!
-//! Scenarios are swept one after another (each sweep already fills `--jobs` threads);
-//! each one's `sweep.json` and plot go to `OUT/<file stem>/`, the family's to `OUT/`.
+//! Every scenario's searches run at once on `--jobs` threads (`chains.rs`); each one's
+//! `sweep.json` and plot go to `OUT/<file stem>/` as soon as it is done, the family's to
+//! `OUT/`.
 
-use super::{load, sweep_scenario, Log, Sweeper};
+use super::chains::{sweep_all, Job};
+use super::{load, Log, Sweeper};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use slicesched_report::{FamilyEntry, FamilyReport, SweepTiming};
@@ -44,31 +46,34 @@ pub(super) fn run(
     let scenarios = files.iter().map(|f| load(f, duration_s)).collect::<Result<Vec<_>>>()?;
     let bar = log.mp.add(ProgressBar::new(files.len() as u64));
     bar.set_style(
-        ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} scenarios {msg}")
+        ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} scenarios done {msg}")
             .expect("static template"),
     );
-    let mut entries = Vec::with_capacity(files.len());
+    let mut entries: Vec<Option<FamilyEntry>> = files.iter().map(|_| None).collect();
     let mut timing = SweepTiming { jobs: sw.jobs, ..SweepTiming::default() };
     let mut ooms = 0;
-    for (file, scenario) in files.iter().zip(&scenarios) {
-        let name = scenario.spec.name.clone();
-        bar.set_message(name.clone());
-        let report = sweep_scenario(scenario, sw, log, Some(&name), Instant::now())?;
+    let jobs: Vec<Job<'_>> = scenarios.iter().map(|s| Job { scenario: s, label: Some(s.spec.name.clone()) }).collect();
+    // Each scenario's sweep.json is written as soon as its last search ends.
+    sweep_all(&jobs, sw, log, started, |i, report| {
+        let (file, name) = (&files[i], scenarios[i].spec.name.clone());
         let stem = file.file_stem().map_or_else(|| name.clone(), |s| s.to_string_lossy().into_owned());
         slicesched_report::write_sweep(&out_dir.join(&stem), &report)
             .with_context(|| format!("writing the sweep of {}", file.display()))?;
         log.note(format!("{}: {}", file.display(), ratios_line(&report)));
         timing.replay_wall_s += report.timing.replay_wall_s;
         ooms += report.points.iter().map(|p| p.oom_events).sum::<u64>();
-        entries.push(FamilyEntry {
-            scenario: name,
+        entries[i] = Some(FamilyEntry {
+            scenario: name.clone(),
             file: file.display().to_string(),
             results: report.results,
             ratios: report.ratios,
         });
+        bar.set_message(name);
         bar.inc(1);
-    }
+        Ok(())
+    })?;
     bar.finish_and_clear();
+    let entries: Vec<FamilyEntry> = entries.into_iter().map(|e| e.expect("every scenario reported")).collect();
     timing.wall_s = started.elapsed().as_secs_f64();
     let spread = slicesched_report::ratio_spread(&entries, &sw.policies, &sw.targets);
     let report = FamilyReport {
