@@ -37,7 +37,7 @@ pub(super) fn run(
     log: &Log,
     started: Instant,
 ) -> Result<()> {
-    if !sw.policies.iter().any(|p| p == "dedicated") {
+    if !sw.policies.iter().any(|p| slicesched_report::is_dedicated(p)) {
         bail!("--family reports ratios over `dedicated`: include it in --policies");
     }
     let files = scenario_files(dir)?;
