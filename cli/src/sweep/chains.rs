@@ -49,6 +49,23 @@ struct Queue {
     closed: bool,
 }
 
+/// The next task for a thread, the longest expected replay first (ties in the order
+/// queued); None once the sweep is over. Waits while the queue is empty.
+fn next_task(queue: &Mutex<Queue>, ready: &Condvar) -> Option<Task> {
+    let mut q = queue.lock().expect("no thread panics holding the queue");
+    loop {
+        if q.closed {
+            return None;
+        }
+        let best =
+            (0..q.tasks.len()).max_by(|&a, &b| q.tasks[a].expect_s.total_cmp(&q.tasks[b].expect_s).then(b.cmp(&a)));
+        match best {
+            Some(i) => return Some(q.tasks.remove(i)),
+            None => q = ready.wait(q).expect("no thread panics holding the queue"),
+        }
+    }
+}
+
 /// Sweeps every job; `done(i, report)` is called as soon as job `i`'s last chain ends.
 pub(crate) fn sweep_all(
     jobs_in: &[Job<'_>],
@@ -112,6 +129,7 @@ pub(crate) fn sweep_all(
         c.pending
     };
 
+    let names: Vec<(usize, usize)> = chains.iter().map(|c| (c.scenario, c.policy)).collect();
     std::thread::scope(|scope| -> Result<()> {
         for _ in 0..sw.jobs {
             let tx = tx.clone();
@@ -120,25 +138,9 @@ pub(crate) fn sweep_all(
             bar.set_style(
                 ProgressStyle::with_template("  {spinner} {prefix:<32} {bar:30} {msg}").expect("static template"),
             );
-            let names: Vec<(usize, usize)> = chains.iter().map(|c| (c.scenario, c.policy)).collect();
+            let names = &names;
             scope.spawn(move || {
-                loop {
-                    let task = {
-                        let mut q = queue.lock().expect("no thread panics holding the queue");
-                        loop {
-                            if q.closed {
-                                break None;
-                            }
-                            // The longest expected replay first; ties in the order queued.
-                            let best = (0..q.tasks.len())
-                                .max_by(|&a, &b| q.tasks[a].expect_s.total_cmp(&q.tasks[b].expect_s).then(b.cmp(&a)));
-                            match best {
-                                Some(i) => break Some(q.tasks.remove(i)),
-                                None => q = ready.wait(q).expect("no thread panics holding the queue"),
-                            }
-                        }
-                    };
-                    let Some(task) = task else { break };
+                while let Some(task) = next_task(queue, ready) {
                     let (s, p) = names[task.chain];
                     let job = &jobs_in[s];
                     let label = job.label.as_ref().map_or(String::new(), |l| format!("{l} "));
