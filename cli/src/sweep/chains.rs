@@ -191,12 +191,10 @@ pub(crate) fn sweep_all(
             let report = build_report(jobs_in[s].scenario, sw, &per_policy, &outcomes, started, floors[s]);
             done(s, report)
         };
-        for s in 0..jobs_in.len() {
-            if left[s] == 0 {
-                if let Err(e) = emit(s, &chains) {
-                    close();
-                    return Err(e);
-                }
+        for s in (0..jobs_in.len()).filter(|&s| left[s] == 0) {
+            if let Err(e) = emit(s, &chains) {
+                close();
+                return Err(e);
             }
         }
         while running > 0 {
