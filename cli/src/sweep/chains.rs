@@ -166,88 +166,73 @@ pub(crate) fn sweep_all(
             });
         }
         drop(tx);
-        let close = || {
-            queue.lock().expect("no thread panics holding the queue").closed = true;
-            ready.notify_all();
-        };
-        let mut running = 0;
-        {
-            let mut q = queue.lock().expect("no thread panics holding the queue");
-            for (i, c) in chains.iter_mut().enumerate() {
-                running += plan(c, &mut q, i);
-            }
-            total.inc_length(q.tasks.len() as u64);
-        }
-        ready.notify_all();
-        // Chains with nothing to replay (every target out of reach) end at once.
-        let mut finished: Vec<bool> = chains.iter().map(|c| c.pending == 0).collect();
-        for c in chains.iter().filter(|c| c.pending == 0) {
-            left[c.scenario] -= 1;
-        }
-        let mut emit = |s: usize, chains: &[Chain]| -> Result<()> {
-            let mine: Vec<&Chain> = chains.iter().filter(|c| c.scenario == s).collect();
-            let per_policy: Vec<&PolicyPoints> = mine.iter().map(|c| &c.points).collect();
-            let outcomes: Vec<Option<Outcome>> = mine.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
-            let report = build_report(jobs_in[s].scenario, sw, &per_policy, &outcomes, started, floors[s]);
-            done(s, report)
-        };
-        for s in (0..jobs_in.len()).filter(|&s| left[s] == 0) {
-            if let Err(e) = emit(s, &chains) {
-                close();
-                return Err(e);
-            }
-        }
-        while running > 0 {
-            let Ok((i, scale, r)) = rx.recv() else { bail!("every replay thread stopped") };
-            running -= 1;
-            total.inc(1);
-            let m = match r {
-                Ok(m) => m,
-                Err(e) => {
-                    close();
-                    return Err(e);
-                }
-            };
-            let c = &mut chains[i];
-            if m.oom_events > 0 {
-                log.warn(format!(
-                    "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",
-                    m.oom_events, policies[c.policy]
-                ));
-            }
-            if m.stopped_early {
-                c.points.points.insert_lower_bound(scale, m.violation_rate);
-            } else {
-                c.points.points.insert(scale, m.violation_rate);
-            }
-            c.points.measured.push((scale, m));
-            c.last_wall_s = m.wall_s;
-            c.pending -= 1;
-            if c.pending > 0 {
-                continue;
-            }
-            let n = {
+        // The main thread plans; whatever ends its loop (done, or a failed replay or
+        // report), the threads are released.
+        let mut drive = || -> Result<()> {
+            let mut running = 0;
+            {
                 let mut q = queue.lock().expect("no thread panics holding the queue");
-                let n = plan(c, &mut q, i);
-                total.inc_length(n as u64);
-                n
-            };
+                for (i, c) in chains.iter_mut().enumerate() {
+                    running += plan(c, &mut q, i);
+                }
+                total.inc_length(q.tasks.len() as u64);
+            }
             ready.notify_all();
-            running += n;
-            if n == 0 && !finished[i] {
-                finished[i] = true;
-                let s = c.scenario;
+            // A chain has ended when its round plans nothing; its scenario's report goes
+            // out with the scenario's last chain.
+            let mut chain_ended = |s: usize, chains: &[Chain]| -> Result<()> {
                 left[s] -= 1;
-                if left[s] == 0 {
-                    if let Err(e) = emit(s, &chains) {
-                        close();
-                        return Err(e);
-                    }
+                if left[s] > 0 {
+                    return Ok(());
+                }
+                let mine: Vec<&Chain> = chains.iter().filter(|c| c.scenario == s).collect();
+                let per_policy: Vec<&PolicyPoints> = mine.iter().map(|c| &c.points).collect();
+                let outcomes: Vec<Option<Outcome>> = mine.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
+                done(s, build_report(jobs_in[s].scenario, sw, &per_policy, &outcomes, started, floors[s]))
+            };
+            // Chains with nothing to replay (every target out of reach) end at once.
+            let idle: Vec<usize> = chains.iter().filter(|c| c.pending == 0).map(|c| c.scenario).collect();
+            for s in idle {
+                chain_ended(s, &chains)?;
+            }
+            while running > 0 {
+                let Ok((i, scale, r)) = rx.recv() else { bail!("every replay thread stopped") };
+                running -= 1;
+                total.inc(1);
+                let m = r?;
+                let c = &mut chains[i];
+                if m.oom_events > 0 {
+                    log.warn(format!(
+                        "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",
+                        m.oom_events, policies[c.policy]
+                    ));
+                }
+                if m.stopped_early {
+                    c.points.points.insert_lower_bound(scale, m.violation_rate);
+                } else {
+                    c.points.points.insert(scale, m.violation_rate);
+                }
+                c.points.measured.push((scale, m));
+                c.last_wall_s = m.wall_s;
+                c.pending -= 1;
+                if c.pending > 0 {
+                    continue;
+                }
+                let n = plan(c, &mut queue.lock().expect("no thread panics holding the queue"), i);
+                total.inc_length(n as u64);
+                ready.notify_all();
+                running += n;
+                if n == 0 {
+                    let s = c.scenario;
+                    chain_ended(s, &chains)?;
                 }
             }
-        }
-        close();
-        Ok(())
+            Ok(())
+        };
+        let outcome = drive();
+        queue.lock().expect("no thread panics holding the queue").closed = true;
+        ready.notify_all();
+        outcome
     })?;
     total.finish_and_clear();
     Ok(())
