@@ -5,7 +5,7 @@
 # CI-like machine with
 #   cargo build --release -p slicesched-exec --no-default-features --features cuda-13 --bin gpu-check
 #   cargo build --release -p slicesched-cli --no-default-features --features cuda-13
-# Usage: scripts/gpu-check.sh OUT   (at most 7.5 minutes, about 6.5 when sections finish
+# Usage: scripts/gpu-check.sh OUT   (GPU_CHECK_ONLY=b_ops,h_run repeats some sections; at most 7.5 minutes, about 6.5 when sections finish
 # early; without slicesched, section (h) is skipped). Writes OUT/env.txt, OUT/log.txt,
 # OUT/results.jsonl, OUT/h_*.log and (h)'s profile and run folders, and prints a table.
 set -uo pipefail
@@ -50,7 +50,9 @@ export SLICESCHED_KERNEL_CACHE="$out/kernel-cache"
     python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1
 } >"$out/env.txt"
 
-timeout 450 "$bin" --out "$out" --budget-s "${GPU_CHECK_BUDGET_S:-390}" ${hargs[@]+"${hargs[@]}"} 2>&1 | tee "$out/log.txt"
+only=()
+[ -n "${GPU_CHECK_ONLY:-}" ] && only=(--only "$GPU_CHECK_ONLY")
+timeout 450 "$bin" --out "$out" --budget-s "${GPU_CHECK_BUDGET_S:-390}" ${only[@]+"${only[@]}"} ${hargs[@]+"${hargs[@]}"} 2>&1 | tee "$out/log.txt"
 rc=${PIPESTATUS[0]}
 echo "gpu-check exit $rc; results in $out/results.jsonl"
 exit "$rc"

@@ -12,17 +12,20 @@ pub struct Harness {
     /// The current section's deadline: loops check it and stop early, marking "capped".
     pub deadline: Instant,
     rows: Vec<(String, bool, String)>,
+    /// `--only a_probe,b_ops`: run only sections whose names start with one of these (a
+    /// second try on the GPU repeats what failed, inside what is left of the lease).
+    only: Vec<String>,
 }
 
 impl Harness {
-    pub fn new(out: &std::path::Path, budget_s: f64) -> Result<Self> {
+    pub fn new(out: &std::path::Path, budget_s: f64, only: Vec<String>) -> Result<Self> {
         let p = out.join("results.jsonl");
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&p)
             .with_context(|| format!("opening {}", p.display()))?;
-        Ok(Self { file, started: Instant::now(), budget_s, deadline: Instant::now(), rows: Vec::new() })
+        Ok(Self { file, started: Instant::now(), budget_s, deadline: Instant::now(), rows: Vec::new(), only })
     }
 
     pub fn over(&self) -> bool {
@@ -44,6 +47,9 @@ impl Harness {
     /// Runs `f` with at most `cap_s` seconds (and never past the whole budget); a panic
     /// or an error is that section's failure, not the run's.
     pub fn section(&mut self, name: &str, cap_s: f64, f: impl FnOnce(&mut Harness) -> Result<(bool, String)>) {
+        if !self.wanted(name) {
+            return;
+        }
         let left = self.budget_s - self.started.elapsed().as_secs_f64();
         if left < 2.0 {
             self.record(name, false, "skipped: the time budget is spent", Value::Null);
@@ -69,6 +75,10 @@ impl Harness {
         };
         let s = if capped { format!("{s} (capped at {:.0} s)", cap_s.min(left)) } else { s };
         self.record(name, ok, &s, json!({ "seconds": secs, "capped": capped }));
+    }
+
+    pub fn wanted(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| name.starts_with(p.as_str()))
     }
 
     pub fn table(&self) {

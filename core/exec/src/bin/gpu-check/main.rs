@@ -1,4 +1,4 @@
-//! `gpu-check --out DIR [--budget-s 390] [--slicesched PATH [--repo DIR]]`: the CUDA
+//! `gpu-check --out DIR [--budget-s 390] [--only SECTION,...] [--slicesched PATH [--repo DIR]]`: the CUDA
 //! backend measured on a real GPU (shared/docs/executor.md §9). Each section runs under
 //! `catch_unwind` with its own time cap and appends JSON lines to `DIR/results.jsonl`;
 //! the run ends with a short table. With `--slicesched`, section (h) runs that binary's
@@ -27,11 +27,12 @@ fn main() -> anyhow::Result<()> {
     use anyhow::Context;
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let usage = "usage: gpu-check --out DIR [--budget-s 390] [--slicesched PATH [--repo DIR]]";
+    let usage = "usage: gpu-check --out DIR [--budget-s 390] [--only SECTION,...] [--slicesched PATH [--repo DIR]]";
     let out = std::path::PathBuf::from(arg("--out").context(usage)?);
     let budget: f64 = arg("--budget-s").map(|s| s.parse()).transpose().context("--budget-s")?.unwrap_or(390.0);
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let mut h = harness::Harness::new(&out, budget)?;
+    let only = arg("--only").map(|s| s.split(',').map(str::to_string).collect()).unwrap_or_default();
+    let mut h = harness::Harness::new(&out, budget, only)?;
     h.section("a_probe", 20.0, perf::probe);
     let gpu = match slicesched_exec::cuda::CudaBackend::try_new(&[0]) {
         Ok(g) => g,
