@@ -134,7 +134,12 @@ impl SkuFit {
                     None => {
                         let kind = class::priced_as(op.kind) as u8;
                         let c = self.elem_pool.iter().find(|p| p.0 == kind).map_or(&self.elem_any, |p| &p.1);
-                        c.eval((op.bytes.max(1) as f64).ln())
+                        let x = (op.bytes.max(1) as f64).ln();
+                        // Below the smallest profiled size the time holds (a launch and
+                        // one wave), instead of shrinking with the roofline: a tiny
+                        // model's norm costs what the profiled model's smallest did.
+                        let below = c.first_x().map_or(0.0, |x0| (x0 - x).max(0.0));
+                        c.eval(x) + below
                     }
                 };
                 t_r * r.exp()

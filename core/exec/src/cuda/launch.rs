@@ -233,7 +233,8 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
                 module: m,
                 func: "paged_attention",
                 grid: (int(rows)? as u32, int(heads.q)? as u32),
-                block: 128,
+                // 32 · ATTN_WARPS of kernels.cu.
+                block: 256,
                 args,
                 repeat: 1,
             }
@@ -436,4 +437,51 @@ pub(super) fn register(
     }
     bk.shared.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(seam.id(), ev.clone());
     bk.send(Pending { seam: seam.clone(), ev, dev: sid.device.0 as usize, stream: sid.index, submit_ns })
+}
+
+/// Host microseconds per op of the launch path's layers, each over `n` empty kernels on
+/// `sid` (the GPU check's breakdown of the submit cost): the bare `cuLaunchKernel`, the
+/// same with a start and an end timing event around it, and the backend's whole submit
+/// (checks, waits, bookkeeping, the collector's queue). Returns the last op's event,
+/// not waited for: the caller may have paused the collector that completes it.
+pub(super) fn submit_breakdown(bk: &CudaBackend, sid: StreamId, n: usize) -> Result<([f64; 3], Event), ExecError> {
+    let sh = bk.shared();
+    let dev = sh.dev(sid.device)?;
+    let srt = dev.stream_rt(sid.index)?;
+    let module = dev.any_module()?;
+    let f = module.funcs.get("spin").ok_or_else(|| ExecError::Launch("no kernel spin".into()))?;
+    let s = &srt.stream;
+    dev.bind()?;
+    let mut ns = 0i64;
+    let mut params: Vec<*mut c_void> = vec![&mut ns as *mut i64 as *mut c_void];
+    let mut launch = || {
+        // SAFETY: `spin` takes one i64 and touches no memory.
+        unsafe { result::launch_kernel(f.cu_function(), (1, 1, 1), (32, 1, 1), 0, s.cu_stream(), &mut params) }
+            .map_err(cu("launching spin"))
+    };
+    let sync = || s.synchronize().map_err(cu("synchronize"));
+    sync()?;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        launch()?;
+    }
+    let bare = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    sync()?;
+    let ev = dev.events.take(&dev.ctx)?;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        // SAFETY: both events and the stream belong to this bound context.
+        unsafe { result::event::record(ev.start.cu_event(), s.cu_stream()) }.map_err(cu("cuEventRecord"))?;
+        launch()?;
+        unsafe { result::event::record(ev.end.cu_event(), s.cu_stream()) }.map_err(cu("cuEventRecord"))?;
+    }
+    let with_events = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    sync()?;
+    let t = std::time::Instant::now();
+    let mut last = submit(bk, sid, Work::Spin { ns: 0, blocks: 1, repeat: 1 }, &[])?;
+    for _ in 1..n {
+        last = submit(bk, sid, Work::Spin { ns: 0, blocks: 1, repeat: 1 }, &[])?;
+    }
+    let whole = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    Ok(([bare, with_events, whole], last))
 }

@@ -107,6 +107,7 @@ pub(crate) struct Shared {
     pending: Mutex<HashMap<u64, Arc<OpEvents>>>,
     next_id: AtomicU64,
     copied: AtomicU64,
+    collector_paused: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -167,6 +168,7 @@ impl CudaBackend {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             copied: AtomicU64::new(0),
+            collector_paused: Default::default(),
         });
         let (tx, rx) = mpsc::channel();
         let sh = shared.clone();
@@ -196,6 +198,19 @@ impl CudaBackend {
         waits: &[Event],
     ) -> Result<Event, ExecError> {
         guard("launch", || launch::submit(self, stream, launch::Work::Spin { ns, blocks, repeat }, waits))
+    }
+
+    /// Host µs per op of the bare launch, the launch between its two timing events, and
+    /// the whole submit, each over `n` empty kernels (the GPU check's breakdown), and
+    /// the last op's event (not waited for: wait after releasing a paused collector).
+    pub fn submit_breakdown(&self, stream: StreamId, n: usize) -> Result<([f64; 3], Event), ExecError> {
+        guard("launch", || launch::submit_breakdown(self, stream, n))
+    }
+
+    /// Holds the collector's polling while `on` (the GPU check measures what its polling
+    /// costs the submitting thread); completions are seen once it is released.
+    pub fn pause_collector(&self, on: bool) {
+        self.shared.collector_paused.store(on, Ordering::Relaxed);
     }
 
     /// Uploads and downloads through pinned host chunks (the default) or pageable

@@ -134,6 +134,10 @@ pub(super) fn collector(sh: Arc<Shared>, rx: mpsc::Receiver<Pending>) {
                 }
             }
         }
+        if open && sh.collector_paused.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
         let mut progressed = false;
         for q in queues.values_mut() {
             while let Some(p) = q.front() {

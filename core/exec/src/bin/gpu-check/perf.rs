@@ -177,10 +177,21 @@ pub fn launch(h: &mut Harness, g: &CudaBackend) -> Result<(bool, String)> {
         lat.push((g.now_ns().saturating_sub(t.end_ns)) as f64 / 1e3);
     }
     let lat50 = pct(&mut lat, 0.5);
+    // Where the host's submit time goes: the bare launch, the launch between its timing
+    // events, the whole submit, and the whole submit while the collector does not poll.
+    let ([raw, raw_ev, whole], last) = g.submit_breakdown(s, n)?;
+    last.wait()?;
+    g.pause_collector(true);
+    let quiet = g.submit_breakdown(s, n);
+    // Released before any wait: a paused collector completes nothing.
+    g.pause_collector(false);
+    let ([_, _, quiet], last) = quiet?;
+    last.wait()?;
     h.emit(json!({ "section": "d_launch", "submit_us_per_op": submit_us, "gpu_period_us_per_op": gpu_period_us,
-        "gpu_period_us_per_kernel_without_events": bare_us, "event_cost_us": gpu_period_us - bare_us, "completion_seen_p50_us": lat50 }));
+        "gpu_period_us_per_kernel_without_events": bare_us, "event_cost_us": gpu_period_us - bare_us, "completion_seen_p50_us": lat50,
+        "host_us_bare_launch": raw, "host_us_launch_with_events": raw_ev, "host_us_submit": whole, "host_us_submit_collector_paused": quiet }));
     Ok((submit_us <= 10.0, format!(
-        "submit {submit_us:.1} µs/op, GPU {gpu_period_us:.1} µs/op vs {bare_us:.1} without events, host sees completion after {lat50:.0} µs (p50)"
+        "submit {submit_us:.1} µs/op, GPU {gpu_period_us:.1} µs/op vs {bare_us:.1} without events, host sees completion after {lat50:.0} µs (p50); host µs/op: bare launch {raw:.1}, with events {raw_ev:.1}, submit {whole:.1}, submit with the collector paused {quiet:.1}"
     )))
 }
 
