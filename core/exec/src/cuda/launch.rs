@@ -355,7 +355,12 @@ pub(super) fn submit(bk: &CudaBackend, sid: StreamId, work: Work, waits: &[Event
         let blas = srt.blas.lock().unwrap_or_else(|e| e.into_inner());
         let s = &srt.stream;
         wait_events(sh, s, waits)?;
-        ev.start.record(s).map_err(cu("recording a start event"))?;
+        // Raw records: cudarc's `record` binds the context again before each (a driver
+        // call per event on the per-op path); it is bound above and the events and the
+        // stream are this device's.
+        // SAFETY: both handles belong to the context bound on this thread.
+        unsafe { result::event::record(ev.start.cu_event(), s.cu_stream()) }
+            .map_err(cu("recording a start event"))?;
         match plan {
             Plan::Nothing => {}
             Plan::Launch { module, func, grid, block, mut args, repeat } => {
@@ -399,7 +404,8 @@ pub(super) fn submit(bk: &CudaBackend, sid: StreamId, work: Work, waits: &[Event
                 sh.copied.fetch_add(bytes as u64, Ordering::Relaxed);
             }
         }
-        ev.end.record(s).map_err(cu("recording an end event"))?;
+        // SAFETY: as for the start event.
+        unsafe { result::event::record(ev.end.cu_event(), s.cu_stream()) }.map_err(cu("recording an end event"))?;
     }
     register(bk, sid, ev, &views.bufs, &seam, submit_ns)?;
     Ok(seam)
