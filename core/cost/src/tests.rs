@@ -155,3 +155,25 @@ fn the_embedding_is_priced_per_tp_degree_and_an_unprofiled_degree_takes_the_near
     let e16 = OpSpec { tp: 16, ..e8.clone() };
     assert_eq!(m.kernel_ns(&d, &e16), m.kernel_ns(&d, &e8));
 }
+
+#[test]
+fn a_model_far_smaller_than_the_profiled_ones_costs_a_launch_not_a_fraction_of_one() {
+    // tiny-2l's rows are 16× narrower than the smallest profiled model's: its norm and
+    // activation at one token sit below every profiled size, where a GPU kernel's time
+    // is its launch and one wave, not a shrinking share of the roofline.
+    let m = CostModel::default_a100();
+    let d = dev("A100");
+    for kind in [OpKind::InputNorm, OpKind::Activation, OpKind::ResidualAdd] {
+        let tiny = m.op_ns(&d, &op("tiny-2l", 1, 1, kind));
+        let small = m.op_ns(&d, &op("llama-2-7b", 1, 1, kind));
+        // Scaled by its roofline it would be ~0.15 µs; the profiles' fastest such kernels
+        // take 2–7 µs.
+        assert!(tiny >= 1_000, "{kind:?}: tiny-2l at {tiny} ns, under any launch the A100 profiles measured");
+        assert!(tiny <= small * 2, "{kind:?}: tiny-2l {tiny} ns costs more than llama-2-7b's {small} ns");
+    }
+    // Attention of a tiny head configuration: no less than the fastest profiled kernel.
+    let cfg = ModelConfig::preset("tiny-2l").unwrap();
+    let dag = cfg.iteration_dag(&IterationBatch { prefills: vec![], decodes: vec![DecodeItem { kv_len: 16 }] }, 1);
+    let a = m.op_ns(&d, dag.layer.iter().find(|o| o.kind == OpKind::Attention).unwrap());
+    assert!(a >= 5_000, "a one-token decode's attention at {a} ns, under any kernel the A100 profiles measured");
+}

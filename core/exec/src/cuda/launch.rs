@@ -359,8 +359,7 @@ pub(super) fn submit(bk: &CudaBackend, sid: StreamId, work: Work, waits: &[Event
         // call per event on the per-op path); it is bound above and the events and the
         // stream are this device's.
         // SAFETY: both handles belong to the context bound on this thread.
-        unsafe { result::event::record(ev.start.cu_event(), s.cu_stream()) }
-            .map_err(cu("recording a start event"))?;
+        unsafe { result::event::record(ev.start.cu_event(), s.cu_stream()) }.map_err(cu("recording a start event"))?;
         match plan {
             Plan::Nothing => {}
             Plan::Launch { module, func, grid, block, mut args, repeat } => {

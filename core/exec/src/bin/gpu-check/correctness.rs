@@ -185,9 +185,8 @@ pub fn ops(h: &mut Harness, gpu: &CudaBackend, s: Shapes) -> Result<(bool, Strin
         }
         // Distinct slots (a runner never writes two tokens to one slot: which write wins
         // would be up to the GPU), over shuffled blocks, with some tokens not cached.
-        let slots: Vec<i32> = (0..t)
-            .map(|i| if i % 5 == 3 { -1 } else { perm[(i / 16) % perm.len()] * 16 + (i % 16) as i32 })
-            .collect();
+        let slots: Vec<i32> =
+            (0..t).map(|i| if i % 5 == 3 { -1 } else { perm[(i / 16) % perm.len()] * 16 + (i % 16) as i32 }).collect();
         let ids = HostData::I32((0..t).map(|_| r.random_range(0..d.vocab as i32)).collect());
         let pos = HostData::I32((0..t).map(|_| r.random_range(0..max_pos as i32)).collect());
         let lm_n = d.vocab;
