@@ -106,10 +106,8 @@ pub(crate) struct AttnFit {
     /// head (a CPU's attention of 32-wide heads ran at a third of the rate of 64-wide
     /// ones on the same roofline), so pooling two configurations priced both ~35% off.
     pub exact: Vec<(HeadKey, Grid, Grid)>,
-    /// The fastest measured (prefill, decode) kernel: a head configuration far smaller
-    /// than the profiled ones is priced at no less (its time is the kernel's fixed floor
-    /// of launch and one wave, not a fraction of the profiled roofline).
-    pub floor: (f64, f64),
+    /// An attention op costs no less, however small its heads (`SkuFit::launch_floor`).
+    pub floor: f64,
 }
 
 impl AttnFit {
@@ -121,7 +119,7 @@ impl AttnFit {
         prefill_lin: Linear { a: 10e-6, s: 1.0 / 0.15 },
         decode_lin: Linear { a: 10e-6, s: 1.0 / 0.6 },
         exact: Vec::new(),
-        floor: (0.0, 0.0),
+        floor: 0.0,
     };
 }
 
@@ -170,8 +168,6 @@ impl AttnFit {
                 decode_uv(r.batch as f64, r.kv as f64)
             };
             keyed.push((head_key(row_heads(r)), r.prefill, (u, v, y)));
-            let floor = if r.prefill { &mut fit.floor.0 } else { &mut fit.floor.1 };
-            *floor = if *floor > 0.0 { floor.min(r.secs) } else { r.secs };
             if r.prefill {
                 pre.push((u, v, y));
                 pre_lin.push((t_r, r.secs));
@@ -207,7 +203,7 @@ impl AttnFit {
             return self.prefill_lin.a + self.prefill_lin.s * t_r;
         }
         let (u, v) = prefill_uv(chunk, prior);
-        (t_r * self.grids(h).map_or(&self.prefill, |g| &g.1).eval(u, v).exp()).max(self.floor.0)
+        t_r * self.grids(h).map_or(&self.prefill, |g| &g.1).eval(u, v).exp()
     }
 
     /// Seconds of a decode batch of `n` requests with `kv_sum` KV tokens in total.
@@ -217,7 +213,7 @@ impl AttnFit {
             return self.decode_lin.a + self.decode_lin.s * t_r;
         }
         let (u, v) = decode_uv(n, kv_sum / n);
-        (t_r * self.grids(h).map_or(&self.decode, |g| &g.2).eval(u, v).exp()).max(self.floor.1)
+        t_r * self.grids(h).map_or(&self.decode, |g| &g.2).eval(u, v).exp()
     }
 
     /// The head configuration's own grids, where it was profiled (both phases).

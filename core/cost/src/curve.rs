@@ -29,11 +29,6 @@ impl Curve {
         c
     }
 
-    /// The first knot's x, if any.
-    pub fn first_x(&self) -> Option<f64> {
-        self.xs.first().copied()
-    }
-
     /// O(log n), no allocation: this runs on the simulator's hot path.
     pub fn eval(&self, x: f64) -> f64 {
         let n = self.xs.len();

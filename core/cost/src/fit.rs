@@ -80,6 +80,21 @@ impl CostModel {
             let attn_rows: Vec<_> = set.models.iter().flat_map(|m| m.attention.iter().cloned()).collect();
             f.has_attn = !attn_rows.is_empty();
             f.attn = AttnFit::fit(&attn_rows, sku.peak_flops, sku.hbm_bw);
+            // Where every op was timed as launched alone (`slicesched profile`), each
+            // paid a launch, and the fastest measured op is what any op costs at least.
+            // Kernel-only timings (Vidur's) carry no such floor.
+            if set.launched_ops() {
+                f.launch_floor = points
+                    .iter()
+                    .map(|p| p.secs)
+                    .chain(attn_rows.iter().map(|r| r.secs))
+                    .filter(|&s| s > 0.0)
+                    .fold(f64::INFINITY, f64::min);
+                if !f.launch_floor.is_finite() {
+                    f.launch_floor = 0.0;
+                }
+                f.attn.floor = f.launch_floor;
+            }
             class_points.extend(points.iter().filter(|p| op_class(p.spec.kind, &p.spec.shape) == OpClass::Gemm).map(
                 |p| GemmPoint {
                     flops: p.spec.flops as f64,

@@ -82,6 +82,10 @@ pub(crate) struct SkuFit {
     pub elem_any: Curve,
     pub attn: AttnFit,
     pub has_attn: bool,
+    /// Profiles of ops timed as launched (`op_timing: launched`): the fastest op
+    /// measured, of any kind, which no elementwise or attention op is priced under. 0
+    /// for kernel-only timings.
+    pub launch_floor: f64,
 }
 
 impl SkuFit {
@@ -96,6 +100,7 @@ impl SkuFit {
             elem_any: Curve::default(),
             attn: AttnFit::default(),
             has_attn: false,
+            launch_floor: 0.0,
         }
     }
 
@@ -134,15 +139,12 @@ impl SkuFit {
                     None => {
                         let kind = class::priced_as(op.kind) as u8;
                         let c = self.elem_pool.iter().find(|p| p.0 == kind).map_or(&self.elem_any, |p| &p.1);
-                        let x = (op.bytes.max(1) as f64).ln();
-                        // Below the smallest profiled size the time holds (a launch and
-                        // one wave), instead of shrinking with the roofline: a tiny
-                        // model's norm costs what the profiled model's smallest did.
-                        let below = c.first_x().map_or(0.0, |x0| (x0 - x).max(0.0));
-                        c.eval(x) + below
+                        c.eval((op.bytes.max(1) as f64).ln())
                     }
                 };
-                t_r * r.exp()
+                // A model far smaller than the profiled ones (a tiny model priced from
+                // an 8B profile) would otherwise cost a fraction of a launch.
+                (t_r * r.exp()).max(self.launch_floor)
             }
             _ => 0.0,
         }
@@ -270,7 +272,7 @@ impl CostModel {
                 if a.decode_batch > 0 {
                     s += attn.decode_secs(h, a.decode_batch as f64, a.decode_kv_sum as f64, peak, bw);
                 }
-                return s;
+                return s.max(attn.floor);
             }
             _ => {}
         }

@@ -120,6 +120,15 @@ impl ProfileSet {
         Ok(set)
     }
 
+    /// Whether the directory's ops were timed as launched one at a time (its
+    /// `device_config.yml` says `op_timing: launched`, as `slicesched profile` writes).
+    pub fn launched_ops(&self) -> bool {
+        self.device_config.as_ref().is_some_and(|(path, text)| {
+            slicesched_hw::DeviceConfig::parse(text, path)
+                .is_ok_and(|c| c.op_timing == Some(slicesched_hw::OpTiming::Launched))
+        })
+    }
+
     /// The GPU the directory's `device_config.yml` describes (None without one).
     pub fn device_sku(&self, extra: &[slicesched_hw::GpuSku]) -> Result<Option<slicesched_hw::GpuSku>, CostError> {
         let Some((path, text)) = &self.device_config else {

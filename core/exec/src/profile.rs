@@ -355,12 +355,18 @@ pub fn catalog_gpu(device_name: &str, memory_bytes: u64) -> Option<slicesched_hw
 /// outside the catalog as a new one with its measured figures; a CPU device likewise.
 pub fn device_config(p: &Profile, memory_bytes: u64, devices: usize) -> String {
     let gib = memory_bytes as f64 / (1u64 << 30) as f64;
-    let measured = format!("measured_fp16_tflops: {:.4}\nmeasured_hbm_gbps: {:.2}\n", p.peak_gflops / 1e3, p.read_gbs);
+    // Ops are timed as `run` launches them, one at a time on an idle device: their
+    // launch is in their time, which the cost model's fit then keeps as a floor.
+    let measured = format!(
+        "measured_fp16_tflops: {:.4}\nmeasured_hbm_gbps: {:.2}\nop_timing: launched\n",
+        p.peak_gflops / 1e3,
+        p.read_gbs
+    );
     let Some(g) = &p.gpu else {
         // A CPU device is in no GPU catalog: the file names it and gives its measured
         // memory bandwidth, which is what `cost validate --fit` needs to read it as a new device.
         return format!(
-            "# Measured by slicesched profile: the best bf16 GEMM rate of one device and one core's read bandwidth.\nname: cpu-executor\nfp16_tflops: {:.4}\ntotal_memory_gb: {gib:.3}\nhbm_gbps: {:.2}\nnum_devices_per_node: {devices}\n",
+            "# Measured by slicesched profile: the best bf16 GEMM rate of one device and one core's read bandwidth.\nname: cpu-executor\nfp16_tflops: {:.4}\ntotal_memory_gb: {gib:.3}\nhbm_gbps: {:.2}\nnum_devices_per_node: {devices}\nop_timing: launched\n",
             p.peak_gflops / 1e3,
             p.read_gbs
         );

@@ -27,6 +27,17 @@ pub struct DeviceConfig {
     pub clock_ghz: Option<f64>,
     pub measured_fp16_tflops: Option<f64>,
     pub measured_hbm_gbps: Option<f64>,
+    /// How the profile beside it timed each op: `kernel` (the kernel alone, as Vidur
+    /// does; the default) or `launched` (as `slicesched profile` does: each op launched
+    /// on an idle device and timed between its events, so its launch is in its time).
+    pub op_timing: Option<OpTiming>,
+}
+
+/// See [`DeviceConfig::op_timing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpTiming {
+    Kernel,
+    Launched,
 }
 
 /// Relative tolerance when matching a config's peak to a catalog SKU: Vidur writes
@@ -60,6 +71,13 @@ impl DeviceConfig {
                 "clock_ghz" => c.clock_ghz = Some(num().ok_or_else(bad)?),
                 "measured_fp16_tflops" => c.measured_fp16_tflops = Some(num().ok_or_else(bad)?),
                 "measured_hbm_gbps" => c.measured_hbm_gbps = Some(num().ok_or_else(bad)?),
+                "op_timing" => {
+                    c.op_timing = Some(match v {
+                        "kernel" => OpTiming::Kernel,
+                        "launched" => OpTiming::Launched,
+                        _ => return Err(err(format!("`op_timing`: expected `kernel` or `launched`, got `{v}`"))),
+                    })
+                }
                 _ => return Err(err(format!("unknown key `{k}`"))),
             }
         }

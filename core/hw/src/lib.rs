@@ -5,7 +5,7 @@
 
 mod custom;
 
-pub use custom::{skus_from_toml, DeviceConfig, GpuEntry};
+pub use custom::{skus_from_toml, DeviceConfig, GpuEntry, OpTiming};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
