@@ -6,6 +6,7 @@
 //! Work done on one thread is timed by that thread's CPU time (see [`Timer`]), so other
 //! processes taking the core away do not count; overheads are wall time by definition.
 
+pub mod batch;
 pub mod peak;
 
 use crate::backend::{Arena, Backend, DeviceId, Dtype, HostData, View};

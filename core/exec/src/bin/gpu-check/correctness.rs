@@ -402,3 +402,24 @@ pub fn model(h: &mut Harness, gpu: &CudaBackend) -> Result<(bool, String)> {
     );
     Ok((ok, format!("{total} steps: logits rel ≤ {worst:.2e}, argmax agreement {:.1}%", frac * 100.0)))
 }
+
+/// Batch invariance on the GPU: a sequence's logits alone and beside three others
+/// (`bench::batch`; bit-identical on the CPU backend). cuBLAS may pick another kernel
+/// for another row count, so this reports how far the logits moved and whether a
+/// greedy token changed (the section passes when none did).
+pub fn batch(h: &mut Harness, gpu: &CudaBackend) -> Result<(bool, String)> {
+    let (mut ok, mut parts) = (true, Vec::new());
+    for model in ["tiny-2l", "tiny-4l"] {
+        if h.over() {
+            break;
+        }
+        let r = slicesched_exec::bench::batch::batch_invariance(gpu, DeviceId(0), model, 8)?;
+        h.emit(json!({ "section": "b_batch", "result": r }));
+        ok &= r.same_tokens == r.steps;
+        parts.push(format!(
+            "{model}: {}/{} steps bit-identical, max |Δ logit| {:.2e}, {}/{} greedy tokens the same",
+            r.identical_steps, r.steps, r.max_abs_diff, r.same_tokens, r.steps
+        ));
+    }
+    Ok((ok, parts.join("; ")))
+}

@@ -49,6 +49,7 @@ fn main() -> anyhow::Result<()> {
     h.section("b_ops_tiny", 25.0, |h| correctness::ops(h, g, correctness::Shapes::Tiny));
     h.section("b_ops_llama8b", 60.0, |h| correctness::ops(h, g, correctness::Shapes::Llama8b));
     h.section("b_model_2layer", 25.0, |h| correctness::model(h, g));
+    h.section("b_batch_invariance", 15.0, |h| correctness::batch(h, g));
     h.section("c_gemm", 40.0, |h| perf::gemm(h, g));
     h.section("d_launch", 15.0, |h| perf::launch(h, g));
     h.section("e_priority", 30.0, |h| perf::priority(h, g));
