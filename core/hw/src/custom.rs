@@ -13,7 +13,7 @@ const GIB: u64 = 1 << 30;
 /// one), `hbm_gbps`, `nvlink_gbps`, `pcie_gbps`, `sm_count`, `clock_ghz`, and what
 /// `slicesched profile` measured (`measured_fp16_tflops`, `measured_hbm_gbps`: kept
 /// for the reader, never used to resolve the GPU, whose datasheet figures are the
-/// catalog's).
+/// catalog's) and how it timed its ops (`op_timing`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceConfig {
     pub name: Option<String>,
@@ -260,5 +260,15 @@ mod tests {
         assert_eq!((c.measured_fp16_tflops, c.measured_hbm_gbps), (Some(790.5), Some(4100.0)));
         assert_eq!(c.resolve(&[], "d.yml").unwrap().name, "H200-141GB");
         assert!(DeviceConfig::parse("measured_hbm_gbps: -1\n", "d.yml").is_err());
+    }
+
+    #[test]
+    fn op_timing_says_how_the_profile_beside_it_timed_its_ops() {
+        let p = |t: &str| DeviceConfig::parse(t, "d.yml");
+        assert_eq!(p("op_timing: launched\n").unwrap().op_timing, Some(OpTiming::Launched));
+        assert_eq!(p("op_timing: kernel\n").unwrap().op_timing, Some(OpTiming::Kernel));
+        assert_eq!(p("name: A100-80GB\n").unwrap().op_timing, None);
+        let e = p("op_timing: wall\n").unwrap_err().to_string();
+        assert!(e.contains("op_timing") && e.contains("wall") && e.contains("line 1"), "{e}");
     }
 }
