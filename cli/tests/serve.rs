@@ -22,7 +22,7 @@ fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<(u16,
 
 fn serve(db_url: &str, port: u16) -> Child {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_slicesched"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slicesched"))
         .args(["serve", "--addr", &format!("127.0.0.1:{port}"), "--no-demo"])
         .current_dir(repo)
         .env("DATABASE_URL", db_url)
@@ -38,6 +38,8 @@ fn serve(db_url: &str, port: u16) -> Child {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("slicesched serve did not get ready on port {port}");
 }
 

@@ -43,6 +43,9 @@ pub struct Folded {
     pub ops: i64,
 }
 
+/// One (GPU, tenant) row of fine buckets: busy, borrowed and op counts.
+type BusyRow = (i32, i32, Vec<i32>, Vec<i32>, Vec<i32>);
+
 /// The stored buckets of `gpus` over `[from, to)`, summed `factor` fine buckets at a
 /// time (output buckets aligned on multiples of `factor × fine width` from 0, so the
 /// same zoom always gives the same buckets). Only buckets with work are returned,
@@ -62,7 +65,7 @@ pub async fn window(
     // Fine buckets [a, b): from the first output bucket's start to the last one's end.
     let a = (from / width) * factor;
     let b = (to + width - 1) / width * factor;
-    let rows: Vec<(i32, i32, Vec<i32>, Vec<i32>, Vec<i32>)> = sqlx::query_as(
+    let rows: Vec<BusyRow> = sqlx::query_as(
         "select gpu, tenant, busy_ns[$3:$4], borrowed_ns[$3:$4], ops[$3:$4] from run_busy \
          where run_id = $1 and gpu = any($2) order by gpu, tenant",
     )

@@ -138,6 +138,11 @@ impl Points {
         self.pts.len()
     }
 
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.pts.is_empty()
+    }
+
     /// (highest passing scale below the lowest violating one, lowest violating scale).
     fn bracket(&self, target: f64) -> (Option<f64>, Option<f64>) {
         let hi = self.pts.iter().find(|p| p.1 > target).map(|p| p.0);

@@ -311,6 +311,9 @@ pub struct Timing {
     pub decision_p99_us: f64,
 }
 
+/// A replica the planner placed: (tenant, GPUs, layers, with KV cache).
+pub type ReplicaRow = (String, Vec<u32>, (u32, u32), bool);
+
 /// How the scheduler placed ops.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Scheduling {
@@ -324,8 +327,8 @@ pub struct Scheduling {
     pub borrowed_ops: u64,
     pub transfers: u64,
     pub transfer_gb: f64,
-    /// Replicas the planner placed: (tenant, GPUs, layers, with KV cache).
-    pub replicas: Vec<(String, Vec<u32>, (u32, u32), bool)>,
+    /// Replicas the planner placed.
+    pub replicas: Vec<ReplicaRow>,
     /// Concurrent iterations started beyond the first, per instance total.
     pub micro_batches: u64,
     /// Extra micro-batches the policy admitted that waited for an executing one to end:

@@ -49,7 +49,7 @@ fn serve<'a>(
         // Lengths that vary, so requests end out of arrival order.
         let (prompt, output) = (64 + (k * 37 % 300) as u32, 1 + (k * 13 % 120) as u32);
         sim.arrive((k % 2) as u32, prompt, output).expect("fits");
-        if retire && t % 1_000_000_000 == 0 {
+        if retire && t.is_multiple_of(1_000_000_000) {
             sim.retire(|_| false);
         }
         let (r, s) = sim.held();
