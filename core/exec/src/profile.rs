@@ -350,23 +350,22 @@ pub fn catalog_gpu(device_name: &str, memory_bytes: u64) -> Option<slicesched_hw
     })
 }
 
+/// Ops are timed as `run` launches them, one at a time on an idle device: their launch
+/// is in their time, which the cost model's fit then keeps as a floor.
+const OP_TIMING: &str = "op_timing: launched\n";
+
 /// `device_config.yml`: a catalog GPU by its name (with the catalog's datasheet peak,
 /// which `cost validate` checks the name against) and what was measured beside it; a GPU
 /// outside the catalog as a new one with its measured figures; a CPU device likewise.
 pub fn device_config(p: &Profile, memory_bytes: u64, devices: usize) -> String {
     let gib = memory_bytes as f64 / (1u64 << 30) as f64;
-    // Ops are timed as `run` launches them, one at a time on an idle device: their
-    // launch is in their time, which the cost model's fit then keeps as a floor.
-    let measured = format!(
-        "measured_fp16_tflops: {:.4}\nmeasured_hbm_gbps: {:.2}\nop_timing: launched\n",
-        p.peak_gflops / 1e3,
-        p.read_gbs
-    );
+    let measured =
+        format!("measured_fp16_tflops: {:.4}\nmeasured_hbm_gbps: {:.2}\n{OP_TIMING}", p.peak_gflops / 1e3, p.read_gbs);
     let Some(g) = &p.gpu else {
         // A CPU device is in no GPU catalog: the file names it and gives its measured
         // memory bandwidth, which is what `cost validate --fit` needs to read it as a new device.
         return format!(
-            "# Measured by slicesched profile: the best bf16 GEMM rate of one device and one core's read bandwidth.\nname: cpu-executor\nfp16_tflops: {:.4}\ntotal_memory_gb: {gib:.3}\nhbm_gbps: {:.2}\nnum_devices_per_node: {devices}\nop_timing: launched\n",
+            "# Measured by slicesched profile: the best bf16 GEMM rate of one device and one core's read bandwidth.\nname: cpu-executor\nfp16_tflops: {:.4}\ntotal_memory_gb: {gib:.3}\nhbm_gbps: {:.2}\nnum_devices_per_node: {devices}\n{OP_TIMING}",
             p.peak_gflops / 1e3,
             p.read_gbs
         );

@@ -6,11 +6,10 @@
 //! changed).
 
 use crate::backend::{Backend, DeviceId};
-use crate::model::{ExecModel, HostWeights};
+use crate::model::HostWeights;
 use crate::runner::{ExecBatch, OpPlace, Runner, SeqWork};
 use crate::ExecError;
 use serde::Serialize;
-use slicesched_model::ModelConfig;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BatchInvariance {
@@ -36,7 +35,7 @@ pub fn batch_invariance(
     model: &str,
     steps: usize,
 ) -> Result<BatchInvariance, ExecError> {
-    let m = ExecModel::new(ModelConfig::preset(model).map_err(|e| ExecError::Model(e.to_string()))?);
+    let m = super::tiny(model)?;
     let w = HostWeights::random(&m, 3);
     let vocab = m.vocab() as i32;
     let mut r = Runner::new(b);
