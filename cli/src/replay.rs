@@ -20,6 +20,10 @@ pub struct Args {
     /// Arrival-rate scale (1 replays the traces as they are).
     #[arg(long, default_value_t = 1.0, value_parser = crate::args::positive)]
     rate_scale: f64,
+    /// Replay this many seconds of the scenario instead of its `duration_s` (as `sweep
+    /// --duration-s` does, so a sweep's point can be replayed alone).
+    #[arg(long, value_parser = crate::args::positive)]
+    duration_s: Option<f64>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -50,8 +54,7 @@ pub fn run(a: Args) -> Result<()> {
     if !(a.rate_scale.is_finite() && a.rate_scale > 0.0) {
         bail!("--rate-scale must be a positive number, got {}", a.rate_scale);
     }
-    let mut scenario =
-        Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
+    let mut scenario = crate::sweep::load(&a.scenario, a.duration_s)?;
     if a.rate_scale != 1.0 {
         scenario = scenario.with_rate_scale(a.rate_scale);
     }

@@ -65,6 +65,35 @@ fn replay_writes_summary_csv_and_plots() {
 }
 
 #[test]
+fn replay_duration_s_replays_the_first_seconds_of_the_scenario() {
+    // A sweep's point (`sweep --duration-s`) replayed alone: fewer requests, the
+    // window's length in the summary.
+    let summary = |extra: &[&str], name: &str| -> serde_json::Value {
+        let out = tmp(name);
+        let o = bin()
+            .args(["replay", "--scenario", "scenarios/smoke.toml", "--quiet", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+    };
+    let (whole, part) = (summary(&[], "dur-whole"), summary(&["--duration-s", "20"], "dur-part"));
+    // The summary's duration runs to the last request's end, past the window.
+    let (d, whole_d) = (part["duration_s"].as_f64().unwrap(), whole["duration_s"].as_f64().unwrap());
+    assert!((20.0..whole_d).contains(&d), "{d} s of {whole_d} s");
+    let (n, m) = (whole["requests"].as_u64().unwrap(), part["requests"].as_u64().unwrap());
+    assert!(m > 0 && m < n, "20 of 60 s: {m} of {n} requests");
+    let o = bin()
+        .args(["replay", "--scenario", "scenarios/smoke.toml", "--duration-s", "0", "--out"])
+        .arg(tmp("dur0"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--duration-s"));
+}
+
+#[test]
 fn bad_scenario_fails_with_the_file_named() {
     let dir = tmp("bad");
     std::fs::create_dir_all(&dir).unwrap();

@@ -60,6 +60,18 @@ pub(crate) fn priced_as(kind: OpKind) -> OpKind {
     }
 }
 
+/// Kernels the executor launches for `kind` beyond the one whose curve prices it: the
+/// final norm first gathers the rows to sample, then runs the input norm's kernel on
+/// them. Where ops were timed as launched each costs a launch more (`tiny-2t` under
+/// `slicesched run`: the final norm measured 1.5x its input-norm price, 3.2-3.5 µs
+/// against 2.1, the other norms within 5%).
+pub(crate) fn extra_launches(kind: OpKind) -> u32 {
+    match kind.cost_class() {
+        OpKind::FinalNorm => 1,
+        _ => 0,
+    }
+}
+
 /// Whether `kind`'s kernel changes with the TP degree beyond its shape, so that its
 /// profiled curves are kept per degree: the vocab-parallel embedding masks the tokens
 /// outside its shard of the vocabulary, gathers the rest and zeroes the masked rows

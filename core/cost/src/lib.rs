@@ -144,7 +144,7 @@ impl SkuFit {
                 };
                 // A model far smaller than the profiled ones (a tiny model priced from
                 // an 8B profile) would otherwise cost a fraction of a launch.
-                (t_r * r.exp()).max(self.launch_floor)
+                (t_r * r.exp()).max(self.launch_floor) + self.launch_floor * class::extra_launches(op.kind) as f64
             }
             _ => 0.0,
         }

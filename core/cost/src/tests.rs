@@ -182,6 +182,17 @@ fn a_model_far_smaller_than_the_profiled_ones_costs_a_launch_where_ops_were_time
         let big = op("llama-2-7b", 64, 1, kind);
         assert_eq!(kernel_only.op_ns(&d, &big), launched.op_ns(&d, &big), "{kind:?}: a profiled size moved");
     }
+    // The final norm is the input norm's kernel after a gather of the sampled rows: a
+    // launch more where launches were timed, the same kernel where they were not.
+    let floor = (launched.fits[0].launch_floor * 1e9) as i64;
+    assert!(floor >= 1_000, "{floor} ns");
+    for model in ["tiny-2l", "llama-2-7b"] {
+        // One token: the final norm normalises the sampled rows, one per prompt.
+        let (norm, last) = (op(model, 1, 1, OpKind::InputNorm), op(model, 1, 1, OpKind::FinalNorm));
+        assert_eq!(kernel_only.op_ns(&d, &last), kernel_only.op_ns(&d, &norm), "{model}");
+        let extra = launched.op_ns(&d, &last) as i64 - launched.op_ns(&d, &norm) as i64;
+        assert!((extra - floor).abs() <= 1, "{model}: the gather cost {extra} ns, a launch {floor} ns");
+    }
     let cfg = ModelConfig::preset("tiny-2l").unwrap();
     let dag = cfg.iteration_dag(&IterationBatch { prefills: vec![], decodes: vec![DecodeItem { kv_len: 1 }] }, 1);
     let a = dag.layer.iter().find(|o| o.kind == OpKind::Attention).unwrap();
