@@ -130,6 +130,29 @@ fn run_executes_a_scenario_and_writes_replays_files_plus_the_executor() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+#[test]
+fn run_compare_replay_separates_the_models_error_from_the_hosts_noise() {
+    let out = tmp("run-fidelity");
+    let o = bin()
+        .args(["run", "--scenario", "scenarios/tiny-2t.toml", "--executor", "cpu", "--quiet", "--compare-replay"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("online correction") && stdout.contains("host noise"), "{stdout}");
+    let f: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("fidelity.json")).unwrap()).unwrap();
+    for k in ["op", "op_online", "op_noise_floor", "ttft", "tpot"] {
+        assert!(f[k]["median"].as_f64().is_some_and(|m| m >= 0.0), "{k}: {}", f[k]);
+    }
+    let n = |k: &str| f[k]["n"].as_u64().unwrap();
+    assert_eq!(n("op"), n("op_online"));
+    // Attention and shapes that ran fewer than three times are left out of the floor.
+    assert!(n("op_noise_floor") > 0 && n("op_noise_floor") < n("op"), "{f}");
+    assert!(f["op_by_kind"]["final_norm"]["n"].as_u64().unwrap() > 0);
+}
+
 /// The shipped `slice` policy as its Wasm build (scripts/test.sh, or `slicesched plugin
 /// build`, writes `target/plugins/`), named by path so that a missing build fails here
 /// instead of silently running the native policy.
