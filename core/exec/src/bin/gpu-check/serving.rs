@@ -151,8 +151,10 @@ pub fn scenario(h: &mut Harness, s: &Setup) -> Result<(bool, String)> {
     Ok((
         errors == 0,
         format!(
-            "op {} / ttft {} / tpot {} median error (predicted vs run); by op: {}",
+            "op {} (online-corrected {}, the host's noise floor {}) / ttft {} / tpot {} median error (predicted vs run); by op: {}",
             pct(&f["op"]["median"]),
+            pct(&f["op_online"]["median"]),
+            pct(&f["op_noise_floor"]["median"]),
             pct(&f["ttft"]["median"]),
             pct(&f["tpot"]["median"]),
             kinds.join(", ")
