@@ -65,6 +65,7 @@ pub(super) fn run(
         entries[i] = Some(FamilyEntry {
             scenario: name.clone(),
             file: file.display().to_string(),
+            not_monotone: slicesched_report::NotMonotone::of(&report),
             results: report.results,
             ratios: report.ratios,
         });

@@ -17,6 +17,39 @@ pub struct FamilyEntry {
     pub file: String,
     pub results: Vec<SweepResult>,
     pub ratios: Vec<SweepRatio>,
+    /// Answers with a replayed scale above them within the same target
+    /// ([`crate::higher_within`]): the goodput sits under a spike of the curve.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_monotone: Vec<NotMonotone>,
+}
+
+/// A (policy, target) of one scenario whose goodput has a calmer stretch above it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotMonotone {
+    pub policy: String,
+    pub target: f64,
+    /// The highest scale replayed above the goodput within the target, and its rate.
+    pub rate_scale: f64,
+    pub violation_rate: f64,
+}
+
+impl NotMonotone {
+    /// Every answer of `report` with a replayed scale above it within its target.
+    pub fn of(report: &crate::SweepReport) -> Vec<NotMonotone> {
+        report
+            .results
+            .iter()
+            .filter(|r| r.status == "found")
+            .filter_map(|r| {
+                crate::higher_within(report, r).map(|p| NotMonotone {
+                    policy: r.policy.clone(),
+                    target: r.target,
+                    rate_scale: p.rate_scale,
+                    violation_rate: p.violation_rate,
+                })
+            })
+            .collect()
+    }
 }
 
 /// The distribution of one policy's goodput ratio over `dedicated` at one target.
@@ -103,6 +136,12 @@ pub fn family_table(r: &FamilyReport) -> String {
         } else {
             sp.scenarios.to_string()
         };
+        let spikes = r
+            .scenarios
+            .iter()
+            .filter(|e| e.not_monotone.iter().any(|m| m.policy == sp.policy && m.target == sp.target))
+            .count();
+        let n = if spikes > 0 { format!("{n}, {spikes} not monotone") } else { n };
         writeln!(
             s,
             "{:<14} {:>6.1}% {:>8} {:>8} {:>8} {:>10}",
@@ -216,6 +255,7 @@ mod tests {
             scenario: name.into(),
             file: format!("{name}.toml"),
             results: vec![],
+            not_monotone: vec![],
             ratios: ratios
                 .iter()
                 .map(|(p, t, v)| SweepRatio { policy: (*p).into(), target: *t, goodput_vs_dedicated: *v })
@@ -243,7 +283,9 @@ mod tests {
     fn writes_json_table_and_plot() {
         let dir = std::env::temp_dir().join(format!("slicesched-report-family-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let es = vec![entry("a", &[("dedicated", 0.01, Some(1.0)), ("slice", 0.01, Some(2.5))])];
+        let mut es = vec![entry("a", &[("dedicated", 0.01, Some(1.0)), ("slice", 0.01, Some(2.5))])];
+        es[0].not_monotone =
+            vec![NotMonotone { policy: "slice".into(), target: 0.01, rate_scale: 3.0, violation_rate: 0.008 }];
         let policies = vec!["dedicated".to_string(), "slice".to_string()];
         let spread = ratio_spread(&es, &policies, &[0.01]);
         let r = FamilyReport {
@@ -261,5 +303,8 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.contains("slice") && svg.contains("violations"));
         let t = family_table(&r);
         assert!(t.contains("2.50x") && t.contains("slice"), "{t}");
+        assert!(t.lines().any(|l| l.starts_with("slice") && l.ends_with("1, 1 not monotone")), "{t}");
+        assert!(!t.lines().any(|l| l.starts_with("dedicated") && l.contains("monotone")), "{t}");
+        assert_eq!(v["scenarios"][0]["not_monotone"][0]["rate_scale"], 3.0);
     }
 }

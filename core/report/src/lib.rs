@@ -7,13 +7,15 @@ pub mod search;
 mod sweep;
 mod table;
 
-pub use family::{family_table, ratio_spread, write_family, write_family_plot, FamilyEntry, FamilyReport, RatioSpread};
+pub use family::{
+    family_table, ratio_spread, write_family, write_family_plot, FamilyEntry, FamilyReport, NotMonotone, RatioSpread,
+};
 pub use plots::{write_plots, PlotError};
 pub use sweep::{
     goodput_ratios, is_dedicated, write_sweep, write_sweep_plot, SweepPoint, SweepRatio, SweepReport, SweepResult,
     SweepTiming,
 };
-pub use table::{summary_table, sweep_table};
+pub use table::{higher_within, summary_table, sweep_table};
 
 use slicesched_sim::ReplayResult;
 use std::path::{Path, PathBuf};

@@ -130,7 +130,7 @@ pub fn sweep_table(r: &crate::SweepReport) -> String {
 /// replayed past it (gen-01 of `scenarios/family`, 300 s, under `slice`: 5.2% at rate
 /// scale 1.957, 10.6% at 2.0, 8.3% at 2.311). Replays stopped early are never within
 /// a target.
-fn higher_within<'a>(r: &'a crate::SweepReport, row: &crate::SweepResult) -> Option<&'a crate::SweepPoint> {
+pub fn higher_within<'a>(r: &'a crate::SweepReport, row: &crate::SweepResult) -> Option<&'a crate::SweepPoint> {
     r.points
         .iter()
         .filter(|p| p.policy == row.policy && p.rate_scale > row.rate_scale && !p.stopped_early)
@@ -194,5 +194,8 @@ mod tests {
         assert!(t.contains("not monotone: 1.500 (7.00%)"), "{t}");
         let r = report(vec![point(1.0, 0.08, false), point(1.03, 0.12, false), point(2.0, 0.05, true)]);
         assert!(!sweep_table(&r).contains("not monotone"), "a replay stopped early met nothing");
+        let r = report(vec![point(1.0, 0.08, false), point(1.03, 0.12, false), point(1.5, 0.07, false)]);
+        let m = crate::NotMonotone::of(&r);
+        assert_eq!((m.len(), m[0].rate_scale, m[0].target), (1, 1.5, 0.09));
     }
 }
