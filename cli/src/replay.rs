@@ -51,9 +51,7 @@ pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> R
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if !(a.rate_scale.is_finite() && a.rate_scale > 0.0) {
-        bail!("--rate-scale must be a positive number, got {}", a.rate_scale);
-    }
+    // `--rate-scale` and `--duration-s` are finite and positive: clap checks them (`args::positive`).
     let mut scenario = crate::sweep::load(&a.scenario, a.duration_s)?;
     if a.rate_scale != 1.0 {
         scenario = scenario.with_rate_scale(a.rate_scale);

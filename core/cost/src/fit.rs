@@ -89,10 +89,8 @@ impl CostModel {
                     .map(|p| p.secs)
                     .chain(attn_rows.iter().map(|r| r.secs))
                     .filter(|&s| s > 0.0)
-                    .fold(f64::INFINITY, f64::min);
-                if !f.launch_floor.is_finite() {
-                    f.launch_floor = 0.0;
-                }
+                    .reduce(f64::min)
+                    .unwrap_or(0.0);
                 f.attn.floor = f.launch_floor;
             }
             class_points.extend(points.iter().filter(|p| op_class(p.spec.kind, &p.spec.shape) == OpClass::Gemm).map(
