@@ -295,8 +295,7 @@ impl<'b> Driver<'b> {
 impl OpExecutor for Driver<'_> {
     fn run_op(&mut self, op: &ExecOp<'_>) -> u64 {
         let spec = op.dag.op(op.index).spec;
-        let c = self.correction(spec);
-        let model_ns = (op.predicted_ns as f64 / c) as u64;
+        let model_ns = op.model_ns;
         match self.try_run(op) {
             Ok((actual, wall, overhead, copy_bytes)) => {
                 let actual = actual.max(1);

@@ -24,6 +24,11 @@ pub struct ExecOp<'a> {
     pub priority: i32,
     /// What the simulator would have taken for it (cost model, corrected).
     pub predicted_ns: u64,
+    /// The cost model's own price of it on its group, without the correction: what the
+    /// correction is measured against. Not `predicted_ns` over the correction now — an
+    /// iteration's ops are priced when it launches, and the correction moves with every
+    /// op that runs after that.
+    pub model_ns: u64,
 }
 
 /// Runs the ops a replay starts and says how long each took.

@@ -537,6 +537,8 @@ impl Sim<'_> {
         if let Some(x) = self.exec.take() {
             let node = self.gmg.op(op);
             let it = self.iter_of(op);
+            let group = node.group.expect("a starting op is placed");
+            let model_ns = self.cost.op_ns(&self.group_ctx[group.index()], it.dag.op(node.index).spec).max(1);
             let e = crate::ExecOp {
                 serial: it.serial,
                 tenant: node.tenant,
@@ -545,9 +547,10 @@ impl Sim<'_> {
                 reqs: &it.reqs,
                 dag: &it.dag,
                 index: node.index,
-                group: node.group.expect("a starting op is placed"),
+                group,
                 priority: self.stats.op_prio.get(op.raw() as usize).copied().unwrap_or(0),
                 predicted_ns: dur,
+                model_ns,
             };
             dur = x.run_op(&e).max(1);
             self.exec = Some(x);
