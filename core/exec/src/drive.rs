@@ -122,6 +122,9 @@ pub fn load_instances(
         out.home.push(h.group);
         owned.push((ti, mine));
     }
+    for &t in &out.inst_tenant {
+        runner.warm_up(t)?;
+    }
     // Every instance of a tenant may run ops on every group holding that tenant's
     // weights (the policy borrows a serving copy's weights as it borrows a weight-only
     // copy's): the other instances' groups are shared, not loaded again.

@@ -262,3 +262,42 @@ fn instances_of_one_model_share_each_others_weights() {
 fn home_place(_: u32, _: OpKind, _: slicesched_model::Segment) -> OpPlace {
     OpPlace { group: 0, priority: 0 }
 }
+
+/// The warm-up before serving frees what it took and changes no answer: the KV blocks
+/// are all free again, the activations gone, and greedy generation equals a cold
+/// runner's token for token; a cache of one block still warms, an empty one is skipped.
+#[test]
+fn warm_up_leaves_nothing_behind() {
+    let m = micro();
+    let w = weights(&m);
+    let p = prompt(21, m.vocab(), 1);
+    let cold = {
+        let b = backend(1);
+        let mut r = Runner::new(&b);
+        let t = r.load_tenant(m.clone(), &w, &devices(&[0]), 16).unwrap();
+        generate(&mut r, t, 1, &p, 6, &home).0
+    };
+    let b = backend(1);
+    let mut r = Runner::new(&b);
+    let t = r.load_tenant(m.clone(), &w, &devices(&[0]), 16).unwrap();
+    let loaded = b.ledger(DeviceId(0)).unwrap();
+    r.warm_up(t).unwrap();
+    // The first one leaves the streams' kernel scratch charged (held for their life, as
+    // a cuBLAS workspace is); every other byte is returned, so a second changes nothing.
+    let warm = b.ledger(DeviceId(0)).unwrap();
+    assert!(warm.peak > loaded.peak, "the warm-up ran ops on the device");
+    assert_eq!((warm.kv_pool, warm.weights), (loaded.kv_pool, loaded.weights));
+    r.warm_up(t).unwrap();
+    let again = b.ledger(DeviceId(0)).unwrap();
+    assert_eq!(again.activations, warm.activations);
+    assert_eq!(r.tenants[t].free_kv_blocks(), 16);
+    assert_eq!(generate(&mut r, t, 1, &p, 6, &home).0, cold);
+
+    for blocks in [1, 0] {
+        let b = backend(1);
+        let mut r = Runner::new(&b);
+        let t = r.load_tenant(m.clone(), &w, &devices(&[0]), blocks).unwrap();
+        r.warm_up(t).unwrap();
+        assert_eq!(r.tenants[t].free_kv_blocks(), blocks);
+    }
+}
