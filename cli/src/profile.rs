@@ -30,7 +30,7 @@ pub struct Args {
     /// Memory of each CPU device in GiB (what its ledger allows; a GPU's is its own).
     #[arg(long, default_value_t = 8.0)]
     memory_gb: f64,
-    /// Token counts of the MLP ops, comma-separated (default 1,2,4,...,512).
+    /// Token counts of the MLP ops, comma-separated (default 1,2,4,...,1024).
     #[arg(long, value_delimiter = ',')]
     tokens: Option<Vec<u32>>,
     /// Timed repetitions per point.
