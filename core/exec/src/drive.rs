@@ -2,14 +2,14 @@
 //! device of the backend; each engine instance a loaded tenant (its home, with the
 //! weight-only copies the planner placed); every op the simulator starts runs for real
 //! and its measured time becomes its duration. Actual times also correct the cost
-//! model's predictions online, per op kind and token-count octave, smoothed.
+//! model's predictions online, per op kind, shape and token-count octave, smoothed.
 
 use crate::model::{ExecModel, HostWeights};
 use crate::runner::{ExecBatch, LayerRange, OpPlace, Runner, SeqWork, Stepper};
 use crate::{Backend, DeviceId, ExecError};
 use serde::Serialize;
 use slicesched_gmg::{GroupId, TenantHome};
-use slicesched_model::{OpKind, OpSpec};
+use slicesched_model::{OpKind, OpShape, OpSpec};
 use slicesched_sim::{ExecOp, OpExecutor, Scenario};
 use std::collections::HashMap;
 
@@ -151,7 +151,7 @@ pub struct Driver<'b> {
     groups: Vec<HashMap<GroupId, usize>>,
     home: Vec<GroupId>,
     steps: HashMap<u64, Stepper<'b>>,
-    corr: HashMap<(OpKind, u32), f64>,
+    corr: HashMap<CorrKey, f64>,
     pub correct: bool,
     pub records: Vec<ExecRecord>,
     launches: u64,
@@ -162,6 +162,27 @@ pub struct Driver<'b> {
 
 fn octave(tokens: u64) -> u32 {
     64 - tokens.max(1).leading_zeros()
+}
+
+/// What one correction factor covers: an op kind at one weight shape (or width, or head
+/// layout) and one token-count octave. Two tenants' QKV at one token are different
+/// kernels on different weights, which a host can move in opposite directions
+/// (`tiny-2t`: `tiny-2l`'s decode GEMMs at 0.6× their price while `tiny-4l`'s held at
+/// 1.0×); keyed by kind alone, each corrected the other's predictions.
+type CorrKey = (OpKind, u32, u64, u64);
+
+fn corr_key(spec: &OpSpec) -> CorrKey {
+    let (a, b) = match &spec.shape {
+        OpShape::Gemm { n, k, .. } => (*n, *k),
+        OpShape::Elementwise { width, .. } => (*width, 0),
+        OpShape::Attention(a) => (
+            (a.q_heads as u64) << 32 | a.kv_heads as u64,
+            a.head_dim as u64 | (a.prefill.iter().any(|p| p.0 > 0) as u64) << 32,
+        ),
+        OpShape::Collective { ranks, .. } => (*ranks as u64, 0),
+        OpShape::Transfer { .. } => (0, 0),
+    };
+    (spec.kind, octave(spec.tokens()), a, b)
 }
 
 impl<'b> Driver<'b> {
@@ -303,7 +324,7 @@ impl OpExecutor for Driver<'_> {
             Ok((actual, wall, overhead, copy_bytes)) => {
                 let actual = actual.max(1);
                 if self.correct && model_ns > 0 {
-                    let key = (spec.kind, octave(spec.tokens()));
+                    let key = corr_key(spec);
                     let ratio = actual as f64 / model_ns as f64;
                     let e = self.corr.entry(key).or_insert(ratio);
                     *e = (1.0 - ALPHA) * *e + ALPHA * ratio;
@@ -349,6 +370,26 @@ impl OpExecutor for Driver<'_> {
         if !self.correct {
             return 1.0;
         }
-        self.corr.get(&(spec.kind, octave(spec.tokens()))).copied().unwrap_or(1.0)
+        self.corr.get(&corr_key(spec)).copied().unwrap_or(1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slicesched_model::{DecodeItem, IterationBatch, ModelConfig};
+
+    fn qkv(model: &str, decodes: u32) -> OpSpec {
+        let m = ModelConfig::preset(model).unwrap();
+        let b = IterationBatch { prefills: vec![], decodes: (0..decodes).map(|_| DecodeItem { kv_len: 64 }).collect() };
+        m.iteration_dag(&b, 1).layer.into_iter().find(|o| o.kind == OpKind::QkvProj).unwrap()
+    }
+
+    #[test]
+    fn each_weight_shape_has_its_own_correction() {
+        // One correction per shape and octave: 5 and 7 decodes share one, 8 starts the next.
+        assert_eq!(corr_key(&qkv("tiny-2l", 5)), corr_key(&qkv("tiny-2l", 7)));
+        assert_ne!(corr_key(&qkv("tiny-2l", 7)), corr_key(&qkv("tiny-2l", 8)));
+        assert_ne!(corr_key(&qkv("tiny-2l", 1)), corr_key(&qkv("tiny-4l", 1)));
     }
 }
