@@ -4,6 +4,7 @@
 
 use super::iter::{collect, launch_one, prepare, timing, Build, Loc, Sampling};
 use super::{ExecBatch, OpPlace, OpTiming, Runner, SeqWork};
+use crate::kernels::BLOCK_TOKENS;
 use crate::ExecError;
 use slicesched_model::{IterationBatch, IterationDag};
 
@@ -73,7 +74,7 @@ impl<'b> Runner<'b> {
         const TOKENS: usize = 32;
         const SEQ: u64 = u64::MAX - 1;
         let t = self.tenants.get(tenant).ok_or_else(|| ExecError::Placement(format!("no tenant {tenant}")))?;
-        let fits = (t.free_kv_blocks() * 16).saturating_sub(1).min(TOKENS);
+        let fits = (t.free_kv_blocks() * BLOCK_TOKENS).saturating_sub(1).min(TOKENS);
         if fits == 0 {
             return Ok(());
         }
