@@ -24,18 +24,28 @@ pub struct Args {
     /// --duration-s` does, so a sweep's point can be replayed alone).
     #[arg(long, value_parser = crate::args::positive)]
     duration_s: Option<f64>,
+    /// When a running request's KV may move to another instance of its tenant: `off`,
+    /// `memory` (when a queue waits for KV blocks), `load` (also to shed the load of an
+    /// instance that is behind).
+    #[arg(long, default_value = "off")]
+    kv_migration: slicesched_sim::KvMigration,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
 }
 
 /// Replays and times a scenario under a policy, with a progress bar on stderr.
-pub fn replay_with_progress(scenario: &Scenario, policy: &str, quiet: bool) -> Result<ReplayResult> {
+pub fn replay_with_progress(
+    scenario: &Scenario,
+    policy: &str,
+    quiet: bool,
+    kv_migration: slicesched_sim::KvMigration,
+) -> Result<ReplayResult> {
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} sim {msg}").expect("static template"),
     );
-    let opts = ReplayOptions { time_decisions: true, ..ReplayOptions::default() };
+    let opts = ReplayOptions { time_decisions: true, kv_migration, ..ReplayOptions::default() };
     let result = crate::policies::replay_policy(scenario, policy, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!(
@@ -56,7 +66,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.rate_scale != 1.0 {
         scenario = scenario.with_rate_scale(a.rate_scale);
     }
-    let result = replay_with_progress(&scenario, &a.policy, a.quiet)?;
+    let result = replay_with_progress(&scenario, &a.policy, a.quiet, a.kv_migration)?;
     let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
     let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;
     let mut out = std::io::stdout().lock();

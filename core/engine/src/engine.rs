@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 use slicesched_model::{DecodeItem, IterationBatch, PrefillItem};
 use std::collections::VecDeque;
 
+mod migrate;
+pub use migrate::MovedSeq;
+
 /// Batching knobs, named after vLLM's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -79,6 +82,11 @@ struct Seq {
     finished: bool,
     /// Part of a batch that is executing (it cannot join or be preempted by another).
     inflight: bool,
+    /// Its KV is being copied to or from another engine ([`Engine::detach`],
+    /// [`Engine::attach`]): it holds its blocks and is neither scheduled nor preempted.
+    moving: bool,
+    /// It came from another engine: it moves at most once.
+    moved_in: bool,
 }
 
 impl Seq {
@@ -262,6 +270,8 @@ impl Engine {
             preemptions: 0,
             finished: false,
             inflight: false,
+            moving: false,
+            moved_in: false,
         });
         self.waiting.push_back(id);
         Admission::Queued(id)
@@ -289,7 +299,7 @@ impl Engine {
     /// executing batch, whose completion must come first, or when it already ended.
     pub fn abort(&mut self, seq: SeqId) -> bool {
         let Some(s) = self.seqs.get_mut(seq.0 as usize) else { return false };
-        if s.inflight || s.finished {
+        if s.inflight || s.moving || s.finished {
             return false;
         }
         s.finished = true;
@@ -300,9 +310,10 @@ impl Engine {
         true
     }
 
-    /// Whether the request is part of an executing batch.
+    /// Whether the request is part of an executing batch, or its KV is moving: either
+    /// way it cannot be aborted until that ends.
     pub fn is_inflight(&self, seq: SeqId) -> bool {
-        self.seqs.get(seq.0 as usize).is_some_and(|s| s.inflight)
+        self.seqs.get(seq.0 as usize).is_some_and(|s| s.inflight || s.moving)
     }
 
     /// Whether the request finished or was aborted.

@@ -14,6 +14,6 @@ mod engine;
 mod ids;
 mod sla;
 
-pub use engine::{Admission, BatchId, Engine, EngineConfig, SeqEvent, SeqId};
+pub use engine::{Admission, BatchId, Engine, EngineConfig, MovedSeq, SeqEvent, SeqId};
 pub use ids::IdDeque;
 pub use sla::Sla;

@@ -229,17 +229,27 @@ impl Sim<'_> {
     /// a policy that stays home only while the home is free ([`FastState::when_free`]),
     /// also: every instance of a tenant that could borrow the GPUs (its own and those
     /// holding weights there) has no work but this iteration and no request of theirs
-    /// arrives (an arrival could be routed here, or admit another micro-batch).
+    /// arrives (an arrival could be routed here, or admit another micro-batch). With KV
+    /// moves on, every instance of a tenant sharing the GPUs that has several is idle
+    /// (a move into the GPUs needs a sender with requests), none moving KV.
     fn alone(&self, inst: usize, from: u64, to: u64) -> bool {
         let (others, tenants) = &self.fast.shared[inst];
         // (The launching instance itself runs only this iteration: `try_fast` checks.)
         let idle = |j: usize| {
             let rt = &self.insts[j];
-            j == inst || rt.inflight == 0 && rt.engine.queue_lengths() == (0, 0)
+            j == inst
+                || rt.inflight == 0 && rt.engine.queue_lengths() == (0, 0) && rt.moving_in == 0 && rt.moving_out == 0
         };
+        // With KV moves, an instance also gets work from its tenant's other instances
+        // (`crate::migrate`), which move requests only while they have some: those must
+        // be idle too.
+        let moves = self.opts.kv_migration != crate::KvMigration::Off;
         others.iter().all(|&j| idle(j as usize))
-            && (!self.fast.when_free
-                || tenants.iter().all(|&t| self.tenant_insts[t as usize].iter().all(|&j| idle(j as usize))))
+            && (!(self.fast.when_free || moves)
+                || tenants.iter().all(|&t| {
+                    let insts = &self.tenant_insts[t as usize];
+                    (!self.fast.when_free && insts.len() < 2) || insts.iter().all(|&j| idle(j as usize))
+                }))
             && tenants.iter().all(|&t| {
                 let a = &self.fast.arrivals[t as usize];
                 a.get(a.partition_point(|&x| x < from)).is_none_or(|&x| x > to)

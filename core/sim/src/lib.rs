@@ -20,6 +20,7 @@ mod kvpool;
 mod live;
 pub mod load;
 mod metrics;
+mod migrate;
 mod place;
 mod planner;
 mod probe;
@@ -38,6 +39,7 @@ pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,
 };
+pub use migrate::KvMigration;
 pub use planner::{
     plan, plan_with, tenant_loads, tenant_loads_with, PlannerSpec, ReplicaMode, TenantLoad, OWNER_BUSY, RHO_FIT,
     RHO_OVERLOAD,

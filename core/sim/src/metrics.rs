@@ -337,6 +337,14 @@ pub struct Scheduling {
     /// Per tenant, the token budget of its home's iterations that carry decode steps
     /// (its engine's `decode_token_budget`, or the one derived from its TPOT target).
     pub decode_token_budgets: Vec<(String, u32)>,
+    /// Requests whose KV moved to another instance of their tenant (`migrate.rs`), the
+    /// bytes moved (over every GPU they left) and the time those requests paused.
+    pub kv_migrations: u64,
+    /// Of those, the moves that freed KV blocks a queue waited for (the rest shed the
+    /// load of an instance that was behind).
+    pub kv_migrations_for_memory: u64,
+    pub kv_migrated_gb: f64,
+    pub kv_migration_pause_ms: f64,
 }
 
 /// The replay's summary (`summary.json`).

@@ -50,6 +50,9 @@ pub struct ReplayOptions {
     /// violate its SLA (dropped, or completed late): the violation rate then exceeds it
     /// whatever the rest does. A goodput search needs no more from such a point.
     pub stop_above_violation: Option<f64>,
+    /// When a running request's KV may move to another instance of its tenant
+    /// (`crate::migrate`). Never with an executor, which does not move real KV yet.
+    pub kv_migration: crate::KvMigration,
 }
 
 impl Default for ReplayOptions {
@@ -67,6 +70,7 @@ impl Default for ReplayOptions {
             follow_producer: true,
             fast_path: true,
             stop_above_violation: None,
+            kv_migration: crate::KvMigration::Off,
         }
     }
 }
@@ -118,6 +122,8 @@ pub(crate) enum Ev {
     Enqueue(OpId, GroupId, i32, u64),
     /// An instance's fast-path iteration ended (`crate::fast`).
     FastDone(u32),
+    /// A request's KV finished moving between instances (`crate::migrate`).
+    Moved(u32),
 }
 
 /// One engine instance: a tenant's home, or a serving replica.
@@ -138,6 +144,9 @@ pub(crate) struct InstRt {
     /// An extra micro-batch formed while the activations of those executing left no
     /// room for it: it launches when one of them ends.
     pub deferred: Option<BatchId>,
+    /// Requests whose KV is leaving this instance now, and arriving.
+    pub moving_out: u32,
+    pub moving_in: u32,
 }
 
 /// One iteration executing in the GMG.
@@ -224,6 +233,8 @@ pub(crate) struct Sim<'a> {
     pub ends: Vec<(u32, crate::End)>,
     pub preempted: Vec<slicesched_engine::SeqId>,
     pub batch_seqs: Vec<slicesched_engine::SeqId>,
+    /// KV moves in flight and the totals (`crate::migrate`).
+    pub moves: crate::migrate::Moves,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -293,6 +304,8 @@ impl<'a> Sim<'a> {
                 next_launch: u64::MAX,
                 batches: Vec::new(),
                 deferred: None,
+                moving_out: 0,
+                moving_in: 0,
             });
         }
         let records = scn
@@ -377,6 +390,7 @@ impl<'a> Sim<'a> {
             ends: Vec::new(),
             preempted: Vec::new(),
             batch_seqs: Vec::new(),
+            moves: Default::default(),
         };
         sim.load_memory();
         sim.init_kv_pools();
@@ -507,6 +521,7 @@ impl Sim<'_> {
             Ev::Launch(inst, batch) => self.launch(inst as usize, batch),
             Ev::Enqueue(op, group, prio, dur) => self.enqueue(op, group, prio, dur),
             Ev::FastDone(inst) => self.fast_done(inst as usize),
+            Ev::Moved(id) => self.moved(id),
         }
     }
 
@@ -557,6 +572,7 @@ impl Sim<'_> {
                     self.req_seq.resize(idx + 1, (u32::MAX, u32::MAX));
                 }
                 self.req_seq[idx] = (inst as u32, seq.0);
+                self.maybe_migrate(inst);
                 self.start_iterations(inst);
                 true
             }
@@ -856,6 +872,9 @@ impl Sim<'_> {
         self.settle_lent(inst);
         self.kv_sync(inst);
         self.apply_ends();
+        // Before the next batch forms: its requests are idle now, and one that leaves
+        // is not scheduled here.
+        self.maybe_migrate(inst);
         self.start_iterations(inst);
     }
 

@@ -198,6 +198,10 @@ impl Sim<'_> {
                         (name, i.engine.config().decode_token_budget)
                     })
                     .collect(),
+                kv_migrations: self.moves.count,
+                kv_migrations_for_memory: self.moves.for_memory,
+                kv_migrated_gb: self.moves.bytes as f64 / 1e9,
+                kv_migration_pause_ms: self.moves.pause_ns as f64 / 1e6,
             },
             gpu_busy_fraction: gpus.iter().map(|g| g.busy_fraction).sum::<f64>() / gpus.len().max(1) as f64,
             tenants,

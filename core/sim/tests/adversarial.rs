@@ -126,7 +126,12 @@ trace = {{ kind = "poisson", rate = {rate} }}
 fn check(policy: &mut dyn Policy, seed: u64, rate: f64, gpu: &str, follow: bool) -> Result<(), TestCaseError> {
     let base = scenario(&scenario_text(seed, rate, gpu));
     let scn = plan(&base, policy.replicas()).expect("planner");
-    let opts = slicesched_sim::ReplayOptions { follow_producer: follow, ..checked() };
+    // KV moves on: hostile routing makes instances fall behind and fill up.
+    let opts = slicesched_sim::ReplayOptions {
+        follow_producer: follow,
+        kv_migration: slicesched_sim::KvMigration::Load,
+        ..checked()
+    };
     let r = replay(&scn, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |_| {});
     prop_assert_eq!(r.dependency_violations, 0);
     prop_assert_eq!(r.summary.oom_events, 0);
