@@ -55,6 +55,10 @@ pub struct Args {
     /// Replays run at once (default: available parallelism).
     #[arg(long, value_parser = crate::args::at_least_one::<usize>)]
     jobs: Option<usize>,
+    /// When a running request's KV may move between its tenant's instances: `off`,
+    /// `memory`, `load` (as `replay --kv-migration`).
+    #[arg(long, default_value = "off")]
+    kv_migration: slicesched_sim::KvMigration,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
@@ -121,6 +125,7 @@ pub(crate) struct Sweeper {
     targets: Vec<f64>,
     opts: SearchOpts,
     jobs: usize,
+    kv_migration: slicesched_sim::KvMigration,
 }
 
 /// Loads a scenario, replaying `duration_s` seconds of it when given.
@@ -153,7 +158,7 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.min_scale > 0.0 && a.min_scale < a.max_scale, "need 0 < --min-scale < --max-scale");
     let opts = SearchOpts { precision: a.precision, min_scale: a.min_scale, max_scale: a.max_scale };
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let sweeper = Sweeper { policies, targets: a.violation_targets.clone(), opts, jobs };
+    let sweeper = Sweeper { policies, targets: a.violation_targets.clone(), opts, jobs, kv_migration: a.kv_migration };
     let log = Log::new(a.quiet);
     if let Some(dir) = &a.family {
         return family::run(dir, a.duration_s, &a.out, &sweeper, &log, started);
@@ -228,10 +233,11 @@ fn replay_point(
     policy: &str,
     scale: f64,
     stop_above: Option<f64>,
+    kv_migration: slicesched_sim::KvMigration,
     bar: &ProgressBar,
 ) -> Result<Measured> {
     // Each policy replays on the deployment it asks for (its replicas, if any).
-    let opts = ReplayOptions { stop_above_violation: stop_above, ..ReplayOptions::default() };
+    let opts = ReplayOptions { stop_above_violation: stop_above, kv_migration, ..ReplayOptions::default() };
     let r = crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
@@ -318,6 +324,7 @@ fn build_report(
         min_scale: opts.min_scale,
         max_scale: opts.max_scale,
         refused_share: refused,
+        kv_migration: sw.kv_migration.name().into(),
         results,
         ratios,
         points,

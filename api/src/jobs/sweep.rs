@@ -139,6 +139,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             min_scale: opts.min_scale,
             max_scale: opts.max_scale,
             refused_share: scenario.refused_share(),
+            kv_migration: "off".into(),
             results,
             ratios,
             points: points_out,

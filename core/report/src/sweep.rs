@@ -85,6 +85,9 @@ pub struct SweepReport {
     /// than their model's context window): they violate under every policy at every
     /// scale, so a target below it has no goodput.
     pub refused_share: f64,
+    /// When requests' KV could move between a tenant's instances (`off`, `memory`,
+    /// `load`: `ReplayOptions::kv_migration`).
+    pub kv_migration: String,
     pub results: Vec<SweepResult>,
     pub ratios: Vec<SweepRatio>,
     pub points: Vec<SweepPoint>,
@@ -218,6 +221,7 @@ mod tests {
             min_scale: 0.05,
             max_scale: 64.0,
             refused_share: 0.0,
+            kv_migration: "off".into(),
             results: vec![SweepResult {
                 policy: "dedicated".into(),
                 target: 0.09,

@@ -173,6 +173,7 @@ mod tests {
             min_scale: 0.05,
             max_scale: 64.0,
             refused_share: 0.0,
+            kv_migration: "off".into(),
             results: vec![result],
             ratios: Vec::new(),
             points,

@@ -38,6 +38,17 @@ pub enum KvMigration {
     Load,
 }
 
+impl KvMigration {
+    /// The name `--kv-migration` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Memory => "memory",
+            Self::Load => "load",
+        }
+    }
+}
+
 impl std::str::FromStr for KvMigration {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
