@@ -228,4 +228,69 @@ mod tests {
         decode_a_while(&mut a, 2);
         assert!(a.migration_candidate(0).is_some());
     }
+
+    proptest::proptest! {
+        /// Requests moving back and forth between two engines at random moments, their
+        /// copies landing some iterations later: every block is accounted for on both
+        /// sides at every step, and every request finishes exactly once.
+        #[test]
+        fn moves_keep_every_block_and_every_request(
+            reqs in proptest::collection::vec((1u32..400, 2u32..60), 1..24),
+            blocks in 60u32..300,
+            moves in proptest::collection::vec((0u8..4, 1usize..5), 0..40),
+        ) {
+            let cfg = EngineConfig { max_batched_tokens: 512, ..EngineConfig::default() };
+            let mut e = [Engine::new(cfg, blocks), Engine::new(cfg, blocks)];
+            let mut admitted = 0;
+            for (p, o) in reqs {
+                if let crate::Admission::Queued(_) = e[0].add_request(p, o) {
+                    admitted += 1;
+                }
+            }
+            // (from, its seq, to, its seq, landing step)
+            let mut in_flight: Vec<(usize, crate::SeqId, usize, crate::SeqId, usize)> = Vec::new();
+            let (mut finished, mut ev, mut moves) = (0, Vec::new(), moves.into_iter());
+            for step in 0..100_000 {
+                let mut k = 0;
+                while k < in_flight.len() {
+                    if in_flight[k].4 == step {
+                        let (from, fs, to, ts, _) = in_flight.swap_remove(k);
+                        e[from].release_moved(fs);
+                        e[to].land(ts);
+                    } else {
+                        k += 1;
+                    }
+                }
+                if let Some((dir, delay)) = moves.next() {
+                    let from = (dir & 1) as usize;
+                    let need = if dir & 2 == 0 { e[from].kv_shortfall() } else { 0 };
+                    if let Some(seq) = e[from].migration_candidate(need) {
+                        let m = e[from].moved_state(seq).unwrap();
+                        if let Some(ts) = e[1 - from].attach(&m) {
+                            proptest::prop_assert!(e[from].detach(seq));
+                            in_flight.push((from, seq, 1 - from, ts, step + delay));
+                        }
+                    }
+                }
+                let mut busy = !in_flight.is_empty();
+                for x in e.iter_mut() {
+                    if let Some(b) = x.schedule() {
+                        busy = true;
+                        ev.clear();
+                        x.complete(b, &mut ev);
+                        finished += ev.iter().filter(|v| matches!(v, SeqEvent::Finished { .. })).count();
+                    }
+                    busy |= x.has_work();
+                    proptest::prop_assert_eq!(x.blocks_held() + x.kv_blocks_free(), x.kv_blocks_total());
+                }
+                if !busy {
+                    break;
+                }
+            }
+            proptest::prop_assert_eq!(finished, admitted);
+            for x in &e {
+                proptest::prop_assert_eq!(x.kv_blocks_free(), blocks);
+            }
+        }
+    }
 }
