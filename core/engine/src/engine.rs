@@ -98,6 +98,10 @@ impl Seq {
     fn in_prefill(&self) -> bool {
         self.computed < self.prefill_target() || (self.generated == 0 && self.computed < self.prompt)
     }
+    /// Decoding, idle, not moving nor ended: its KV may leave ([`Engine::detach`]).
+    fn can_move(&self) -> bool {
+        !self.inflight && !self.moving && !self.finished && !self.in_prefill() && self.generated >= 1
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -234,6 +238,19 @@ impl Engine {
     }
     pub fn queue_lengths(&self) -> (usize, usize) {
         (self.waiting.len(), self.running.len())
+    }
+
+    /// Blocks admission keeps free (vLLM's watermark).
+    fn watermark_blocks(&self) -> u32 {
+        (self.blocks_total as f64 * self.cfg.watermark) as u32
+    }
+
+    /// A waiting request's prefill tokens still to run, its next chunk under `budget`,
+    /// and the blocks that chunk adds.
+    fn next_chunk(&self, s: &Seq, budget: u32) -> (u32, u32, u32) {
+        let remaining = s.prefill_target().max(s.prompt) - s.computed;
+        let chunk = remaining.min(budget);
+        (remaining, chunk, self.blocks_for(s.computed + chunk).saturating_sub(s.blocks))
     }
 
     fn blocks_for(&self, tokens: u32) -> u32 {
@@ -412,18 +429,15 @@ impl Engine {
 
         // Like vLLM, admit nothing new in a step that had to preempt.
         if !preempted && !decode_only {
-            let watermark = (self.blocks_total as f64 * self.cfg.watermark) as u32;
+            let watermark = self.watermark_blocks();
             while let Some(&id) = self.waiting.front() {
                 if budget == 0 || self.running.len() as u32 >= self.cfg.max_num_seqs {
                     break;
                 }
-                let s = &self.seqs[id.0 as usize];
-                let remaining = s.prefill_target().max(s.prompt) - s.computed;
+                let (remaining, chunk, need) = self.next_chunk(&self.seqs[id.0 as usize], budget);
                 if !self.cfg.chunked_prefill && remaining > budget {
                     break;
                 }
-                let chunk = remaining.min(budget);
-                let need = self.blocks_for(s.computed + chunk).saturating_sub(s.blocks);
                 if self.blocks_free < need + watermark {
                     break;
                 }

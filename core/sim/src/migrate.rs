@@ -17,8 +17,10 @@
 //! not SMs; no contention with activation transfers on the same link), and the request
 //! pauses for the whole copy (Llumnix pipelines it to hide all but the last blocks).
 
+use crate::place::view;
 use crate::replay::{Ev, Sim};
 use slicesched_engine::SeqId;
+use slicesched_policy::View;
 
 /// When a request's KV may move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -117,12 +119,9 @@ impl Sim<'_> {
         self.insts[inst].moving_out += 1;
         self.insts[to].moving_in += 1;
 
-        let tenant = &self.scn.tenants[t];
-        let per_gpu = tenant.model.kv_bytes_per_token(tenant.gpus.len() as u32) * tenant.engine.block_size as u64;
-        let bytes = m.blocks as u64 * per_gpu;
+        let bytes = m.blocks as u64 * self.reserve_and_block(inst).1;
         let (a, b) = (self.insts[inst].group, self.insts[to].group);
-        let n = self.scn.deployment.groups.len();
-        let ns = if a == b { 0 } else { self.group_links[a.index() * n + b.index()].transfer_ns(bytes) };
+        let ns = view!(self).transfer_ns(a, b, bytes);
         let mv = Move { req, from: inst as u32, from_seq: seq, to: to as u32, to_seq };
         let slot = match self.moves.slots.iter().position(Option::is_none) {
             Some(s) => {

@@ -695,7 +695,7 @@ impl Sim<'_> {
     }
 
     /// The instance's activation reserve and the bytes of one KV block, per GPU.
-    fn reserve_and_block(&self, inst: usize) -> (u64, u64) {
+    pub(crate) fn reserve_and_block(&self, inst: usize) -> (u64, u64) {
         let t = &self.scn.tenants[self.insts[inst].tenant.index()];
         (t.activation_reserve, t.engine.block_size as u64 * t.model.kv_bytes_per_token(t.gpus.len() as u32))
     }

@@ -29,12 +29,8 @@ impl Engine {
     /// What a request's KV leaving this engine would have to free.
     pub fn kv_shortfall(&self) -> u32 {
         let Some(&id) = self.waiting.front() else { return 0 };
-        let s = &self.seqs[id.0 as usize];
-        let remaining = s.prefill_target().max(s.prompt) - s.computed;
-        let chunk = remaining.min(self.cfg.max_batched_tokens);
-        let need = self.blocks_for(s.computed + chunk).saturating_sub(s.blocks);
-        let watermark = (self.blocks_total as f64 * self.cfg.watermark) as u32;
-        (need + watermark).saturating_sub(self.blocks_free)
+        let (_, _, need) = self.next_chunk(&self.seqs[id.0 as usize], self.cfg.max_batched_tokens);
+        (need + self.watermark_blocks()).saturating_sub(self.blocks_free)
     }
 
     /// The request whose KV would best leave, among the decoding requests not
@@ -46,13 +42,7 @@ impl Engine {
     pub fn migration_candidate(&self, need: u32) -> Option<SeqId> {
         let movable = self.running.iter().copied().filter(|v| {
             let s = &self.seqs[v.0 as usize];
-            !s.inflight
-                && !s.moving
-                && !s.moved_in
-                && !s.finished
-                && !s.in_prefill()
-                && s.generated >= 1
-                && s.output > s.generated + 1
+            s.can_move() && !s.moved_in && s.output > s.generated + 1
         });
         let blocks = |v: &SeqId| self.seqs[v.0 as usize].blocks;
         if need == 0 {
@@ -79,10 +69,7 @@ impl Engine {
     /// What a receiver needs to take `seq`, if it is a [`Engine::migration_candidate`]
     /// kind of request (decoding, idle, not moving).
     pub fn moved_state(&self, seq: SeqId) -> Option<MovedSeq> {
-        let s = self.seqs.get(seq.0 as usize)?;
-        if s.inflight || s.moving || s.finished || s.in_prefill() || s.generated == 0 {
-            return None;
-        }
+        let s = self.seqs.get(seq.0 as usize).filter(|s| s.can_move())?;
         Some(MovedSeq {
             prompt: s.prompt,
             output: s.output,
@@ -97,7 +84,7 @@ impl Engine {
     /// and is scheduled once [`Engine::land`] says its KV is here. None when the blocks
     /// (beside the watermark) or a running slot are not free.
     pub fn attach(&mut self, m: &MovedSeq) -> Option<SeqId> {
-        let watermark = (self.blocks_total as f64 * self.cfg.watermark) as u32;
+        let watermark = self.watermark_blocks();
         let moving_in = self.seqs.iter().filter(|s| s.moving).count();
         if self.blocks_free < m.blocks.saturating_add(watermark)
             || self.running.len() + moving_in >= self.cfg.max_num_seqs as usize
