@@ -29,6 +29,10 @@ pub struct Args {
     /// instance that is behind).
     #[arg(long, default_value = "off")]
     kv_migration: slicesched_sim::KvMigration,
+    /// Whether the planner's copies stay for the whole run (`static`) or are loaded,
+    /// drained and dropped as the metered load shifts (`online`).
+    #[arg(long, default_value = "static")]
+    replan: slicesched_sim::Replan,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -40,12 +44,13 @@ pub fn replay_with_progress(
     policy: &str,
     quiet: bool,
     kv_migration: slicesched_sim::KvMigration,
+    replan: slicesched_sim::Replan,
 ) -> Result<ReplayResult> {
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} sim {msg}").expect("static template"),
     );
-    let opts = ReplayOptions { time_decisions: true, kv_migration, ..ReplayOptions::default() };
+    let opts = ReplayOptions { time_decisions: true, kv_migration, replan, ..ReplayOptions::default() };
     let result = crate::policies::replay_policy(scenario, policy, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!(
@@ -66,7 +71,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.rate_scale != 1.0 {
         scenario = scenario.with_rate_scale(a.rate_scale);
     }
-    let result = replay_with_progress(&scenario, &a.policy, a.quiet, a.kv_migration)?;
+    let result = replay_with_progress(&scenario, &a.policy, a.quiet, a.kv_migration, a.replan)?;
     let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
     let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;
     let mut out = std::io::stdout().lock();

@@ -59,6 +59,10 @@ pub struct Args {
     /// `memory`, `load` (as `replay --kv-migration`).
     #[arg(long, default_value = "off")]
     kv_migration: slicesched_sim::KvMigration,
+    /// Whether the planner's copies stay for the whole run or come and go with the load:
+    /// `static`, `online` (as `replay --replan`).
+    #[arg(long, default_value = "static")]
+    replan: slicesched_sim::Replan,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
@@ -126,6 +130,7 @@ pub(crate) struct Sweeper {
     opts: SearchOpts,
     jobs: usize,
     kv_migration: slicesched_sim::KvMigration,
+    replan: slicesched_sim::Replan,
 }
 
 /// Loads a scenario, replaying `duration_s` seconds of it when given.
@@ -158,7 +163,14 @@ pub fn run(a: Args) -> Result<()> {
     ensure!(a.min_scale > 0.0 && a.min_scale < a.max_scale, "need 0 < --min-scale < --max-scale");
     let opts = SearchOpts { precision: a.precision, min_scale: a.min_scale, max_scale: a.max_scale };
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let sweeper = Sweeper { policies, targets: a.violation_targets.clone(), opts, jobs, kv_migration: a.kv_migration };
+    let sweeper = Sweeper {
+        policies,
+        targets: a.violation_targets.clone(),
+        opts,
+        jobs,
+        kv_migration: a.kv_migration,
+        replan: a.replan,
+    };
     let log = Log::new(a.quiet);
     if let Some(dir) = &a.family {
         return family::run(dir, a.duration_s, &a.out, &sweeper, &log, started);
@@ -233,11 +245,16 @@ fn replay_point(
     policy: &str,
     scale: f64,
     stop_above: Option<f64>,
-    kv_migration: slicesched_sim::KvMigration,
+    sw: &Sweeper,
     bar: &ProgressBar,
 ) -> Result<Measured> {
     // Each policy replays on the deployment it asks for (its replicas, if any).
-    let opts = ReplayOptions { stop_above_violation: stop_above, kv_migration, ..ReplayOptions::default() };
+    let opts = ReplayOptions {
+        stop_above_violation: stop_above,
+        kv_migration: sw.kv_migration,
+        replan: sw.replan,
+        ..ReplayOptions::default()
+    };
     let r = crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
@@ -325,6 +342,7 @@ fn build_report(
         max_scale: opts.max_scale,
         refused_share: refused,
         kv_migration: sw.kv_migration.name().into(),
+        replan: sw.replan.name().into(),
         results,
         ratios,
         points,

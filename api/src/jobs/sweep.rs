@@ -140,6 +140,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             max_scale: opts.max_scale,
             refused_share: scenario.refused_share(),
             kv_migration: "off".into(),
+            replan: "static".into(),
             results,
             ratios,
             points: points_out,

@@ -146,7 +146,7 @@ pub(crate) fn sweep_all(
                     let label = job.label.as_ref().map_or(String::new(), |l| format!("{l} "));
                     bar.set_prefix(format!("{label}{} @ {:.4}", policies[p], task.scale));
                     bar.set_position(0);
-                    let r = replay_point(job.scenario, &policies[p], task.scale, stop_above, sw.kv_migration, &bar);
+                    let r = replay_point(job.scenario, &policies[p], task.scale, stop_above, sw, &bar);
                     if let Ok(m) = &r {
                         log.note(format!(
                             "{label}{} @ {:.4}: {}{:.2}% violate, {:.0} prompt tok/s ({:.1} s)",

@@ -88,6 +88,9 @@ pub struct SweepReport {
     /// When requests' KV could move between a tenant's instances (`off`, `memory`,
     /// `load`: `ReplayOptions::kv_migration`).
     pub kv_migration: String,
+    /// Whether the planned copies stayed for the whole run (`static`) or came and went
+    /// with the load (`online`: `ReplayOptions::replan`).
+    pub replan: String,
     pub results: Vec<SweepResult>,
     pub ratios: Vec<SweepRatio>,
     pub points: Vec<SweepPoint>,
@@ -222,6 +225,7 @@ mod tests {
             max_scale: 64.0,
             refused_share: 0.0,
             kv_migration: "off".into(),
+            replan: "static".into(),
             results: vec![SweepResult {
                 policy: "dedicated".into(),
                 target: 0.09,

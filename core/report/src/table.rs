@@ -174,6 +174,7 @@ mod tests {
             max_scale: 64.0,
             refused_share: 0.0,
             kv_migration: "off".into(),
+            replan: "static".into(),
             results: vec![result],
             ratios: Vec::new(),
             points,

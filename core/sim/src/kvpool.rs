@@ -52,7 +52,8 @@ impl Sim<'_> {
             let reserve = if rt.is_home { bytes.min(t.keep_bytes()) } else { 0 };
             self.kv_shares.push(KvShare { block_bytes, reserve, held: 0 });
         }
-        if pools.iter().any(|p| p.residents.len() > 1) {
+        // Online replanning carves copies' weights out of every GPU's pool, alone or not.
+        if pools.iter().any(|p| p.residents.len() > 1) || self.replans_online() {
             self.kv_pools = pools;
             for i in 0..self.insts.len() {
                 self.kv_refresh(i);
@@ -64,13 +65,14 @@ impl Sim<'_> {
 
     fn shares_pool(&self, inst: usize) -> bool {
         !self.kv_pools.is_empty()
-            && self
-                .scn
-                .deployment
-                .group(self.insts[inst].group)
-                .gpus
-                .iter()
-                .any(|g| self.kv_pools[g.0 as usize].residents.len() > 1)
+            && (self.copies.on
+                || self
+                    .scn
+                    .deployment
+                    .group(self.insts[inst].group)
+                    .gpus
+                    .iter()
+                    .any(|g| self.kv_pools[g.0 as usize].residents.len() > 1))
     }
 
     /// Bytes instance `inst` may add on GPU `g`: the pool's free bytes less what the
@@ -100,6 +102,11 @@ impl Sim<'_> {
     /// could never fit).
     pub(crate) fn kv_resize(&mut self, inst: usize, ceiling: bool) {
         if !self.shares_pool(inst) {
+            return;
+        }
+        if !self.copies.holds_kv(inst) {
+            // A copy whose weights are not there (yet) holds no KV.
+            self.insts[inst].engine.set_kv_blocks_total(0);
             return;
         }
         let gpus = &self.scn.deployment.group(self.insts[inst].group).gpus;

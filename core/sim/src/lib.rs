@@ -13,6 +13,7 @@
 
 mod budget;
 mod busy;
+mod copies;
 mod devices;
 mod exec;
 mod fast;
@@ -33,6 +34,7 @@ mod totals;
 
 pub use busy::max_bytes as busy_max_bytes;
 pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
+pub use copies::Replan;
 pub use exec::{End, ExecOp, OpExecutor};
 pub use live::{EngineState, LiveSim};
 pub use metrics::{

@@ -118,6 +118,12 @@ impl LoadMeter {
         }
     }
 
+    /// The moving average alone (a time constant of about 50 s): the load a GPU's owner
+    /// keeps it busy with on average, as the planner judges lenders by.
+    pub fn average(&self) -> Rate {
+        self.ewma
+    }
+
     /// The load to plan the next windows for: the moving average, or the peak of the
     /// last windows where that is higher.
     pub fn forecast(&self) -> Rate {

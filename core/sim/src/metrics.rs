@@ -345,6 +345,16 @@ pub struct Scheduling {
     pub kv_migrations_for_memory: u64,
     pub kv_migrated_gb: f64,
     pub kv_migration_pause_ms: f64,
+    /// `static` (the planned copies for the whole run) or `online` (`copies.rs`).
+    pub replan: String,
+    /// Online: copies whose weights were loaded, dropped (of those, for their
+    /// lender's owner's KV), the weights copied (over every GPU they went to) and the
+    /// link time the loads took.
+    pub copies_loaded: u64,
+    pub copies_dropped: u64,
+    pub copies_dropped_for_memory: u64,
+    pub copied_weights_gb: f64,
+    pub copy_load_ms: f64,
 }
 
 /// The replay's summary (`summary.json`).

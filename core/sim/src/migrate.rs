@@ -163,7 +163,8 @@ impl Sim<'_> {
         self.tenant_insts[t]
             .iter()
             .map(|&i| i as usize)
-            .filter(|&i| i != from && self.insts[i].engine.oldest_waiting().is_none() && !self.behind(i) && quiet(i))
+            .filter(|&i| i != from && self.copies.routable(i) && self.insts[i].engine.oldest_waiting().is_none())
+            .filter(|&i| !self.behind(i) && quiet(i))
             .filter(|&i| !shed_load || (running(i) == 0 && self.insts[i].inflight == 0))
             .min_by_key(|&i| (running(i), i))
     }
@@ -200,5 +201,6 @@ impl Sim<'_> {
         self.maybe_migrate(from);
         self.start_iterations(to);
         self.start_iterations(from);
+        self.copy_inst_idle(from);
     }
 }

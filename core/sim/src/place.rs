@@ -13,7 +13,7 @@ macro_rules! view {
         View {
             now_ns: $s.now,
             cluster: &$s.scn.cluster,
-            deployment: &$s.scn.deployment,
+            deployment: $s.copies.dep(&$s.scn.deployment),
             gpu_busy_until: &$s.busy_until,
             gpu_queued_ns: &$s.queued_ns,
             gpu_owner_need_ns: &$s.owner_need,
@@ -324,7 +324,7 @@ impl Sim<'_> {
 
     /// Why a placement on an existing group breaks an invariant, if it does.
     pub(crate) fn check(&self, r: &ReadyOp, group: GroupId, c: &Costs) -> Option<Verdict> {
-        let dep = &self.scn.deployment;
+        let dep = self.copies.dep(&self.scn.deployment);
         if group == r.home {
             return None;
         }
@@ -445,6 +445,7 @@ impl Sim<'_> {
         let Costs { xfer_ns: ns, xfer_bytes: bytes, dur } = c;
         if group != r.home {
             self.stats.borrowed += 1;
+            self.copy_op(r.tenant, group, true);
             let need = r.out_bytes + bytes;
             for g in &self.scn.deployment.group(group).gpus {
                 self.stats.guest_bytes[g.0 as usize] += need;
@@ -585,6 +586,8 @@ impl Sim<'_> {
         if group == home {
             return false;
         }
+        let tenant = self.insts[self.iter_of(op).inst as usize].tenant;
+        self.copy_op(tenant, group, false);
         let bytes = std::mem::take(&mut self.stats.op_guest[op.raw() as usize]);
         for g in &self.scn.deployment.group(group).gpus {
             self.stats.guest_bytes[g.0 as usize] -= bytes;

@@ -96,9 +96,7 @@ pub fn tenant_loads_with(scn: &Scenario, cost: &CostModel) -> Vec<TenantLoad> {
                 .filter(|(k, r)| *k as usize == i && t.length_refusal(r.prompt_tokens, r.output_tokens).is_none())
                 .map(|(_, r)| (r.arrival_ns, r.prompt_tokens, r.output_tokens));
             let profile = LoadProfile::of(&t.sla, arrivals);
-            let dev =
-                DeviceCtx { sku: scn.cluster.gpu(t.gpus[0]).sku.clone(), group_link: scn.cluster.group_link(&t.gpus) };
-            let c = ServiceCost::new(cost, &dev, &t.model, t.gpus.len() as u32, &t.sla, t.engine.max_batched_tokens);
+            let c = service_cost(scn, i, cost);
             TenantLoad {
                 profile,
                 rho_mean: c.rho(&profile.mean),
@@ -109,10 +107,17 @@ pub fn tenant_loads_with(scn: &Scenario, cost: &CostModel) -> Vec<TenantLoad> {
         .collect()
 }
 
+/// What tenant `i`'s work costs on its home group.
+pub(crate) fn service_cost(scn: &Scenario, i: usize, cost: &CostModel) -> ServiceCost {
+    let t = &scn.tenants[i];
+    let dev = DeviceCtx { sku: scn.cluster.gpu(t.gpus[0]).sku.clone(), group_link: scn.cluster.group_link(&t.gpus) };
+    ServiceCost::new(cost, &dev, &t.model, t.gpus.len() as u32, &t.sla, t.engine.max_batched_tokens)
+}
+
 /// The serving capacity a tenant asks of other GPUs, in homes' worth: what brings its
 /// peak down to [`RHO_FIT`]; a little (one copy) when its home cannot hold the KV its
 /// peak needs.
-fn capacity_wanted(load: &TenantLoad, home_kv_tokens: u64) -> f64 {
+pub(crate) fn capacity_wanted(load: &TenantLoad, home_kv_tokens: u64) -> f64 {
     let by_time = (load.rho_peak / RHO_FIT - 1.0).max(0.0);
     if load.kv_tokens > home_kv_tokens {
         by_time.max(f64::MIN_POSITIVE)
@@ -123,7 +128,7 @@ fn capacity_wanted(load: &TenantLoad, home_kv_tokens: u64) -> f64 {
 
 /// What a copy on a group adds to its tenant's capacity: the share of the time its
 /// owners leave, times the share of the layers it holds.
-fn capacity_of(copy: &TenantHome, layers: u32, owner_busy: f64) -> f64 {
+pub(crate) fn capacity_of(copy: &TenantHome, layers: u32, owner_busy: f64) -> f64 {
     (1.0 - owner_busy).max(0.0) * (copy.layers.1 - copy.layers.0) as f64 / layers.max(1) as f64
 }
 

@@ -53,6 +53,9 @@ pub struct ReplayOptions {
     /// When a running request's KV may move to another instance of its tenant
     /// (`crate::migrate`). Never with an executor, which does not move real KV yet.
     pub kv_migration: crate::KvMigration,
+    /// Whether the planned copies stay for the whole run or come and go with the load
+    /// (`crate::copies`). Never with an executor.
+    pub replan: crate::Replan,
 }
 
 impl Default for ReplayOptions {
@@ -71,6 +74,7 @@ impl Default for ReplayOptions {
             fast_path: true,
             stop_above_violation: None,
             kv_migration: crate::KvMigration::Off,
+            replan: crate::Replan::Static,
         }
     }
 }
@@ -124,6 +128,10 @@ pub(crate) enum Ev {
     FastDone(u32),
     /// A request's KV finished moving between instances (`crate::migrate`).
     Moved(u32),
+    /// Time to revise the copies (`crate::copies`).
+    Replan,
+    /// A copy's weights landed on its GPUs (`crate::copies`).
+    CopyLanded(u32),
 }
 
 /// One engine instance: a tenant's home, or a serving replica.
@@ -235,6 +243,8 @@ pub(crate) struct Sim<'a> {
     pub batch_seqs: Vec<slicesched_engine::SeqId>,
     /// KV moves in flight and the totals (`crate::migrate`).
     pub moves: crate::migrate::Moves,
+    /// The copies' states when they come and go (`crate::copies`).
+    pub copies: crate::copies::Copies,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -391,6 +401,7 @@ impl<'a> Sim<'a> {
             preempted: Vec::new(),
             batch_seqs: Vec::new(),
             moves: Default::default(),
+            copies: Default::default(),
         };
         sim.load_memory();
         sim.init_kv_pools();
@@ -400,6 +411,7 @@ impl<'a> Sim<'a> {
         if sim.policy.reads_view() && !sim.policy.home_only() {
             sim.timeline = Some(std::cell::RefCell::new(sim.new_timeline()));
         }
+        sim.init_copies();
         if sim.opts.record_busy {
             // Sized for the arrivals and a tenth more: a run ends soon after its last
             // arrival, not at the drain window's limit (rows grow if it does not).
@@ -522,6 +534,8 @@ impl Sim<'_> {
             Ev::Enqueue(op, group, prio, dur) => self.enqueue(op, group, prio, dur),
             Ev::FastDone(inst) => self.fast_done(inst as usize),
             Ev::Moved(id) => self.moved(id),
+            Ev::Replan => self.replan(),
+            Ev::CopyLanded(e) => self.copy_landed(e),
         }
     }
 
@@ -548,12 +562,15 @@ impl Sim<'_> {
             self.records[idx].dropped = Some(why);
             return false;
         }
+        self.meter(t, prompt_tokens, output_tokens);
         let inst = if self.tenant_insts[t as usize].len() == 1 {
             self.tenant_insts[t as usize][0] as usize
         } else {
             self.build_views();
             self.build_instance_views();
-            let insts = &self.tenant_insts[t as usize];
+            // Only the instances whose weights are there take requests.
+            let insts: Vec<u32> =
+                self.tenant_insts[t as usize].iter().copied().filter(|&i| self.copies.routable(i as usize)).collect();
             let views: Vec<InstanceView> = insts.iter().map(|&i| self.inst_views[i as usize]).collect();
             let view = crate::place::view!(self);
             let k = self.policy.route(&view, &views).min(insts.len() - 1);
@@ -572,6 +589,7 @@ impl Sim<'_> {
                     self.req_seq.resize(idx + 1, (u32::MAX, u32::MAX));
                 }
                 self.req_seq[idx] = (inst as u32, seq.0);
+                self.give_back(inst);
                 self.maybe_migrate(inst);
                 self.start_iterations(inst);
                 true
@@ -874,8 +892,10 @@ impl Sim<'_> {
         self.apply_ends();
         // Before the next batch forms: its requests are idle now, and one that leaves
         // is not scheduled here.
+        self.give_back(inst);
         self.maybe_migrate(inst);
         self.start_iterations(inst);
+        self.copy_inst_idle(inst);
     }
 
     /// Tells the executor about the requests the instance's last `schedule` preempted.

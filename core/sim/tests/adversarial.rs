@@ -130,6 +130,8 @@ fn check(policy: &mut dyn Policy, seed: u64, rate: f64, gpu: &str, follow: bool)
     let opts = slicesched_sim::ReplayOptions {
         follow_producer: follow,
         kv_migration: slicesched_sim::KvMigration::Load,
+        // Copies coming and going under the hostile answers, on half the cases.
+        replan: if seed % 2 == 0 { slicesched_sim::Replan::Online } else { slicesched_sim::Replan::Static },
         ..checked()
     };
     let r = replay(&scn, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |_| {});
