@@ -117,7 +117,7 @@ pub(crate) fn service_cost(scn: &Scenario, i: usize, cost: &CostModel) -> Servic
 /// The serving capacity a tenant asks of other GPUs, in homes' worth: what brings its
 /// peak down to [`RHO_FIT`]; a little (one copy) when its home cannot hold the KV its
 /// peak needs.
-pub(crate) fn capacity_wanted(load: &TenantLoad, home_kv_tokens: u64) -> f64 {
+fn capacity_wanted(load: &TenantLoad, home_kv_tokens: u64) -> f64 {
     let by_time = (load.rho_peak / RHO_FIT - 1.0).max(0.0);
     if load.kv_tokens > home_kv_tokens {
         by_time.max(f64::MIN_POSITIVE)
@@ -128,7 +128,7 @@ pub(crate) fn capacity_wanted(load: &TenantLoad, home_kv_tokens: u64) -> f64 {
 
 /// What a copy on a group adds to its tenant's capacity: the share of the time its
 /// owners leave, times the share of the layers it holds.
-pub(crate) fn capacity_of(copy: &TenantHome, layers: u32, owner_busy: f64) -> f64 {
+fn capacity_of(copy: &TenantHome, layers: u32, owner_busy: f64) -> f64 {
     (1.0 - owner_busy).max(0.0) * (copy.layers.1 - copy.layers.0) as f64 / layers.max(1) as f64
 }
 

@@ -131,7 +131,7 @@ fn check(policy: &mut dyn Policy, seed: u64, rate: f64, gpu: &str, follow: bool)
         follow_producer: follow,
         kv_migration: slicesched_sim::KvMigration::Load,
         // Copies coming and going under the hostile answers, on half the cases.
-        replan: if seed % 2 == 0 { slicesched_sim::Replan::Online } else { slicesched_sim::Replan::Static },
+        replan: if seed.is_multiple_of(2) { slicesched_sim::Replan::Online } else { slicesched_sim::Replan::Static },
         ..checked()
     };
     let r = replay(&scn, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |_| {});
