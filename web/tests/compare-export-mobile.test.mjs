@@ -189,6 +189,7 @@ describe('plugins from the UI', () => {
     await page.selectOption('select[name=scenario]', 'smoke');
     for (const b of await page.$$('[data-testid=policy-choices] input:checked')) await b.uncheck();
     await page.check('[data-testid=policy-choices] input[value=earliest]');
+    await page.selectOption('select[name=replan]', 'online');
     await page.click('details.new-run button[type=submit]');
     let run = null;
     for (let k = 0; k < 100 && !run; k++) {
@@ -199,6 +200,9 @@ describe('plugins from the UI', () => {
     await page.waitForSelector(`tr[data-run="${run.id}"]`);
     const done = await waitRun(run.id);
     assert.equal(done.summary.policy, 'earliest');
+    // The form's modes reach the run: recorded with its parameters, replayed with them.
+    assert.equal(done.params.core.replan, 'online');
+    assert.equal(done.params.core.kv_migration, 'off');
     noErrors(page);
   });
 });

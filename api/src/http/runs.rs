@@ -66,6 +66,13 @@ pub struct NewRun {
     /// replaces the scenario file's, and the run is listed in the tenant's statistics.
     #[schema(value_type = Option<Object>)]
     pub tenants: Option<std::collections::BTreeMap<String, Uuid>>,
+    /// When a running request's KV may move between its tenant's instances: `off`
+    /// (default), `memory` (when a queue waits for KV blocks), `load` (also to shed the
+    /// load of an instance that is behind). As `slicesched replay --kv-migration`.
+    pub kv_migration: Option<String>,
+    /// Whether the planner's copies stay for the whole run, `static` (default), or come
+    /// and go with the metered load, `online`. As `slicesched replay --replan`.
+    pub replan: Option<String>,
 }
 
 #[utoipa::path(get, path = "/api/v1/runs", tag = "runs", params(RunQuery),
@@ -159,7 +166,8 @@ pub(crate) async fn start(
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     let tenant_map = check_tenants(st, body, &resolved.tenant_names).await?;
-    let params = run_params(st, &resolved, &policies, rate_scale, &targets).await?;
+    let modes = check_modes(body)?;
+    let params = run_params(st, &resolved, &policies, rate_scale, &targets, modes).await?;
     let params_json = serde_json::to_value(&params).map_err(|e| ApiError::Internal(e.to_string()))?;
     let id = Uuid::new_v4();
     let kind = body.kind.as_str();
@@ -226,6 +234,7 @@ async fn run_params(
     policies: &[String],
     rate_scale: Option<f64>,
     targets: &Option<Vec<f64>>,
+    (kv_migration, replan): (slicesched_sim::KvMigration, slicesched_sim::Replan),
 ) -> ApiResult<crate::jobs::params::RunParams> {
     use crate::jobs::params;
     let mut out = Vec::new();
@@ -242,7 +251,7 @@ async fn run_params(
         rate_scale: if targets.is_none() { Some(rate_scale.unwrap_or(1.0)) } else { None },
         violation_targets: targets.clone(),
         policies: out,
-        core: params::core_options(st.config.record_max_ops),
+        core: params::core_options(st.config.record_max_ops, kv_migration, replan),
         tenants: Vec::new(),
         inputs: resolved.inputs.clone(),
     })
@@ -277,6 +286,19 @@ async fn check_policies(st: &AppState, body: &NewRun) -> ApiResult<Vec<String>> 
         ));
     }
     Ok(out)
+}
+
+/// The replay modes a run asks for (the defaults where it names none).
+fn check_modes(body: &NewRun) -> ApiResult<(slicesched_sim::KvMigration, slicesched_sim::Replan)> {
+    let kv = match &body.kv_migration {
+        Some(m) => m.parse().map_err(|e: String| ApiError::invalid("kv_migration", e))?,
+        None => Default::default(),
+    };
+    let replan = match &body.replan {
+        Some(m) => m.parse().map_err(|e: String| ApiError::invalid("replan", e))?,
+        None => Default::default(),
+    };
+    Ok((kv, replan))
 }
 
 fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {

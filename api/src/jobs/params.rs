@@ -49,6 +49,29 @@ pub struct CoreOptions {
     /// Most ops recorded one by one per timeline window.
     pub record_max_ops: u64,
     pub decision_sample_every: u64,
+    /// When a running request's KV may move between its tenant's instances: `off`,
+    /// `memory`, `load` (`ReplayOptions::kv_migration`; `off` for runs stored before).
+    #[serde(default = "off")]
+    pub kv_migration: String,
+    /// Whether the planned copies stayed for the whole run (`static`) or came and went
+    /// with the load (`online`: `ReplayOptions::replan`; `static` for runs stored before).
+    #[serde(default = "static_replan")]
+    pub replan: String,
+}
+
+fn off() -> String {
+    "off".into()
+}
+
+fn static_replan() -> String {
+    "static".into()
+}
+
+impl CoreOptions {
+    /// The replay options these stand for (the rest as every API replay has them).
+    pub fn modes(&self) -> Result<(slicesched_sim::KvMigration, slicesched_sim::Replan), String> {
+        Ok((self.kv_migration.parse()?, self.replan.parse()?))
+    }
 }
 
 /// A registered tenant's SLA as a run applied it.
@@ -130,8 +153,13 @@ pub fn sha256_hex(text: &str) -> String {
     hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
 
-/// The options every API replay uses (the job builds its `ReplayOptions` from the same).
-pub fn core_options(record_max_ops: u64) -> CoreOptions {
+/// The options every API replay uses (the job builds its `ReplayOptions` from the same),
+/// with the modes a run asked for.
+pub fn core_options(
+    record_max_ops: u64,
+    kv_migration: slicesched_sim::KvMigration,
+    replan: slicesched_sim::Replan,
+) -> CoreOptions {
     let cpu = slicesched_cost::CpuOverhead::default_a100();
     let plugin = slicesched_plugin_host::PluginOptions::default();
     CoreOptions {
@@ -144,6 +172,8 @@ pub fn core_options(record_max_ops: u64) -> CoreOptions {
         plugin_quarantine_after: plugin.quarantine_after,
         record_max_ops,
         decision_sample_every: DECISION_SAMPLE,
+        kv_migration: kv_migration.name().into(),
+        replan: replan.name().into(),
     }
 }
 

@@ -50,7 +50,7 @@ pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) ->
         rate_scale: spec.rate_scale,
         violation_targets: spec.violation_targets.clone(),
         policies,
-        core: params::core_options(inner.config.record_max_ops),
+        core: params::core_options(inner.config.record_max_ops, Default::default(), Default::default()),
         tenants: Vec::new(),
         inputs: Vec::new(),
     })
@@ -98,6 +98,10 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         return Outcome::Failed(format!("recording the run's parameters: {e}"));
     }
     let scenario = params::apply(scenario, &params.tenants);
+    let (kv_migration, replan) = match params.core.modes() {
+        Ok(m) => m,
+        Err(e) => return Outcome::Failed(e),
+    };
     // A trial (`plugin:{id}`) runs its component while it is still inactive.
     let pinned = policy.trial;
     let mut instance = match params::instantiate(&inner.db, &policy, !pinned).await {
@@ -113,6 +117,8 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             record_ops: Some(record),
             record_busy: true,
             sample_decisions_every: DECISION_SAMPLE,
+            kv_migration,
+            replan,
             ..ReplayOptions::default()
         };
         let r = replay_blocking(&scenario, instance.policy(), &ctx, opts, &mut |f| {

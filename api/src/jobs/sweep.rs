@@ -42,6 +42,10 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         return Outcome::Failed(format!("recording the run's parameters: {e}"));
     }
     let scenario = params::apply(scenario, &params.tenants);
+    let (kv_migration, replan) = match params.core.modes() {
+        Ok(m) => m,
+        Err(e) => return Outcome::Failed(e),
+    };
     let db = inner.db.clone();
     let run_id = spec.id;
     let handle = tokio::runtime::Handle::current();
@@ -73,7 +77,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                                 &scenario.with_rate_scale(scale),
                                 p.policy(),
                                 &ctx,
-                                ReplayOptions::default(),
+                                ReplayOptions { kv_migration, replan, ..ReplayOptions::default() },
                                 &mut |_| {},
                             );
                             if let Some((plugin, q)) = p.quarantined() {
@@ -139,8 +143,8 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             min_scale: opts.min_scale,
             max_scale: opts.max_scale,
             refused_share: scenario.refused_share(),
-            kv_migration: "off".into(),
-            replan: "static".into(),
+            kv_migration: kv_migration.name().into(),
+            replan: replan.name().into(),
             results,
             ratios,
             points: points_out,

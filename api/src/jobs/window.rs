@@ -87,6 +87,8 @@ pub(super) async fn execute(inner: &Arc<Inner>, w: Window, ctx: Ctx) -> Result<(
         .and_then(|v| serde_json::from_value(v).ok())
         .ok_or("this run stored no parameters (it predates them), so it cannot be replayed exactly")?;
     let policy = p.policies.first().cloned().ok_or("the run names no policy")?;
+    // The window replays what the run replayed, modes included.
+    let (kv_migration, replan) = p.core.modes()?;
     let scenario = params::apply(load_scenario(inner, &spec).await?, &p.tenants);
     let mut instance = params::instantiate(&inner.db, &policy, false).await?;
     let max_ops = inner.config.record_max_ops as usize;
@@ -97,6 +99,8 @@ pub(super) async fn execute(inner: &Arc<Inner>, w: Window, ctx: Ctx) -> Result<(
             progress_every: 1 << 16,
             record_ops: Some(window),
             stop_after_ns: Some(stop),
+            kv_migration,
+            replan,
             ..ReplayOptions::default()
         };
         let r = replay_blocking(&scenario, instance.policy(), &ctx, opts, &mut |f| {

@@ -339,3 +339,32 @@ async fn a_restart_in_the_middle_of_a_run_marks_it_interrupted(pool: PgPool) {
         .unwrap();
     assert_eq!(n, 0, "an interrupted run keeps no half-written results");
 }
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_run_replays_with_the_modes_it_asked_for_and_records_them(pool: PgPool) {
+    let app = slicesched_api::app(state(pool.clone()).await);
+    let body =
+        json!({ "kind": "replay", "scenario": "smoke", "policy": "slice", "kv_migration": "load", "replan": "online" });
+    let id = start(&app, body).await;
+    let run = wait_run(&app, &id, finished).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["params"]["core"]["kv_migration"], "load");
+    assert_eq!(run["params"]["core"]["replan"], "online");
+    assert_eq!(run["summary"]["scheduling"]["replan"], "online", "{}", run["summary"]["scheduling"]);
+    // Unasked, a run records the defaults.
+    let plain = start(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "slice" })).await;
+    let plain = wait_run(&app, &plain, finished).await;
+    assert_eq!(
+        (plain["params"]["core"]["kv_migration"].as_str(), plain["params"]["core"]["replan"].as_str()),
+        (Some("off"), Some("static"))
+    );
+    assert_eq!(plain["summary"]["scheduling"]["replan"], "static");
+    // A mode the core does not know is refused, naming the field and the modes it knows.
+    for (field, bad) in [("kv_migration", "sometimes"), ("replan", "weekly")] {
+        let mut b = json!({ "kind": "replay", "scenario": "smoke", "policy": "slice" });
+        b[field] = json!(bad);
+        let (s, v) = post(&app, "/api/v1/runs", ADMIN, b).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        assert!(v.to_string().contains(field) && v.to_string().contains("known:"), "{v}");
+    }
+}

@@ -15,6 +15,13 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
   const policyBox = h('fieldset', { 'data-testid': 'policy-choices' }, h('legend', null, 'Policies'), h('span', { class: 'hint' }, 'Loading policies…'));
   const rate = h('input', { type: 'number', name: 'rate_scale', min: '0.05', max: '64', step: '0.05', placeholder: '1' });
   const targets = h('input', { name: 'violation_targets', placeholder: '0.01,0.09' });
+  // The core's modes (README: "KV that moves", "Copies that come and go"); the defaults
+  // are sent as nothing, so the run records the service's defaults.
+  const option = (v: string, label: string) => h('option', { value: v }, label);
+  const kvMigration = h('select', { name: 'kv_migration' }, option('off', 'off (default)'),
+    option('memory', 'memory: when a queue waits for KV'), option('load', 'load: also to shed an instance behind'));
+  const replan = h('select', { name: 'replan' }, option('static', 'static (default)'),
+    option('online', 'online: copies come and go with the load'));
   const msg = h('p', { class: 'form-error', role: 'alert' });
   const form = h('form', { onsubmit: async (e: Event) => {
     e.preventDefault();
@@ -25,6 +32,8 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
     if (kind.value === 'replay') body.policy = policies[0];
     else body.policies = policies;
     if (rate.value) body.rate_scale = Number(rate.value);
+    if (kvMigration.value !== 'off') body.kv_migration = kvMigration.value;
+    if (replan.value !== 'static') body.replan = replan.value;
     if (kind.value === 'sweep' && targets.value.trim()) {
       body.violation_targets = targets.value.split(',').map((t) => Number(t.trim()));
     }
@@ -42,6 +51,8 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
   policyBox,
   h('label', null, 'Rate scale', rate),
   h('label', null, 'Violation targets (sweep)', targets),
+  h('label', null, 'KV migration', kvMigration),
+  h('label', null, 'Copies', replan),
   msg,
   h('button', { class: 'btn btn-primary', type: 'submit' }, 'Start'));
   details.append(h('summary', { class: 'btn btn-primary' }, 'New run'), form);
