@@ -147,9 +147,9 @@ impl Sim<'_> {
             && self.policy.context_switch_ns() == 0
     }
 
-    /// Starts an online run with the homes only: every copy's weights go back to its
-    /// GPUs' KV pools (after `init_kv_pools` and the timeline, whose baseline keeps the
-    /// planned layout).
+    /// Starts an online run from the plan, every copy resident (after `init_kv_pools`,
+    /// which set up a pool on every GPU, and the timeline, whose baseline is the planned
+    /// layout).
     pub(crate) fn init_copies(&mut self) {
         if !self.replans_online() || self.kv_pools.is_empty() {
             return;
@@ -294,9 +294,13 @@ impl Sim<'_> {
 
     /// Stops sending work to entry `e`; drops it at once if nothing of it runs.
     fn drain(&mut self, e: usize, for_memory: bool) {
-        self.copies.state[e] = CopyState::Draining;
         self.copies.for_memory[e] |= for_memory;
-        self.rebuild_live();
+        // Already draining: nothing the policies see changes (no new epoch, which a Wasm
+        // policy's adapter would copy the deployment for).
+        if self.copies.state[e] != CopyState::Draining {
+            self.copies.state[e] = CopyState::Draining;
+            self.rebuild_live();
+        }
         self.drop_if_idle(e);
     }
 
