@@ -67,16 +67,6 @@ fn replay_home_first(text: &str, kv_migration: KvMigration, fast_path: bool) -> 
     replay(&scn, &mut HomeFirst, slicesched_cost::CostModel::default_a100(), opts, &mut |_| {})
 }
 
-fn sound(r: &ReplayResult) {
-    assert_eq!(r.summary.oom_events, 0);
-    assert_eq!(r.dependency_violations, 0);
-    assert!(r.summary.gpus.iter().all(|g| g.peak_memory_gb <= g.capacity_gb));
-    for rec in &r.records {
-        assert!(rec.finish_ns.is_some() != rec.dropped.is_some(), "request {} in limbo", rec.id);
-    }
-    assert_eq!(r.summary.requests, r.summary.completed + r.summary.dropped);
-}
-
 #[test]
 fn a_home_short_of_kv_moves_decodes_to_its_copy() {
     // Llama-2-7B has no GQA: half a megabyte of KV per token, a few long requests fill

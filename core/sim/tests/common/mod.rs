@@ -59,6 +59,18 @@ pub fn random_scenario(
     s
 }
 
+/// The invariants every replay keeps: no OOM, no op before its inputs, memory within
+/// capacity, every request ended once (finished, or dropped with a reason).
+pub fn sound(r: &ReplayResult) {
+    assert_eq!(r.summary.oom_events, 0);
+    assert_eq!(r.dependency_violations, 0);
+    assert!(r.summary.gpus.iter().all(|g| g.peak_memory_gb <= g.capacity_gb));
+    for rec in &r.records {
+        assert!(rec.finish_ns.is_some() != rec.dropped.is_some(), "request {} in limbo", rec.id);
+    }
+    assert_eq!(r.summary.requests, r.summary.completed + r.summary.dropped);
+}
+
 pub fn checked() -> ReplayOptions {
     ReplayOptions { check_dependencies: true, ..Default::default() }
 }
