@@ -270,15 +270,7 @@ impl Sim<'_> {
         if p.residents.is_empty() {
             return u64::MAX;
         }
-        let claimed: u64 = p
-            .residents
-            .iter()
-            .map(|&j| {
-                let s = &self.kv_shares[j as usize];
-                s.reserve.saturating_sub(s.held as u64 * s.block_bytes)
-            })
-            .sum();
-        p.cap.saturating_sub(p.used + claimed)
+        p.cap.saturating_sub(p.used + self.kv_claimed(g, None, false))
     }
 
     /// A copy's weights landed: it serves, and lends its weights, from now on.
@@ -323,19 +315,10 @@ impl Sim<'_> {
             self.copies.not_before[e] = self.now + RELOAD_AFTER_NS;
         }
         self.give_memory(e);
-        let scn = self.scn;
-        let group = scn.deployment.homes[e].group;
+        let group = self.scn.deployment.homes[e].group;
         self.refresh_residents(group);
         // The owners may have waited for these blocks.
-        for g in &scn.deployment.group(group).gpus {
-            let g = g.0 as usize;
-            for k in 0..self.kv_pools[g].residents.len() {
-                let j = self.kv_pools[g].residents[k] as usize;
-                if self.insts[j].inflight == 0 && self.insts[j].engine.has_schedulable() {
-                    self.start_iterations(j);
-                }
-            }
-        }
+        self.kv_wake(group, None);
     }
 
     /// Entry `e`'s weight bytes leave its GPUs and return to their KV pools.

@@ -79,10 +79,18 @@ impl Sim<'_> {
     /// other residents' reserves still claim.
     fn kv_room(&self, inst: usize, g: usize, ceiling: bool) -> u64 {
         let p = &self.kv_pools[g];
-        let claimed: u64 = p
+        let used =
+            if ceiling { 0 } else { p.used - self.kv_shares[inst].held as u64 * self.kv_shares[inst].block_bytes };
+        p.cap.saturating_sub(used + self.kv_claimed(g, Some(inst), ceiling))
+    }
+
+    /// What the reserves of GPU `g`'s residents (but `except`) claim beyond what they
+    /// hold (`ceiling`: their whole reserves).
+    pub(crate) fn kv_claimed(&self, g: usize, except: Option<usize>, ceiling: bool) -> u64 {
+        self.kv_pools[g]
             .residents
             .iter()
-            .filter(|&&j| j as usize != inst)
+            .filter(|&&j| Some(j as usize) != except)
             .map(|&j| {
                 let s = &self.kv_shares[j as usize];
                 if ceiling {
@@ -91,10 +99,22 @@ impl Sim<'_> {
                     s.reserve.saturating_sub(s.held as u64 * s.block_bytes)
                 }
             })
-            .sum();
-        let used =
-            if ceiling { 0 } else { p.used - self.kv_shares[inst].held as u64 * self.kv_shares[inst].block_bytes };
-        p.cap.saturating_sub(used + claimed)
+            .sum()
+    }
+
+    /// Starts the idle residents (but `except`) of the group's GPUs that have work
+    /// waiting: blocks were freed under them.
+    pub(crate) fn kv_wake(&mut self, group: slicesched_gmg::GroupId, except: Option<usize>) {
+        let scn = self.scn;
+        for g in &scn.deployment.group(group).gpus {
+            let g = g.0 as usize;
+            for k in 0..self.kv_pools[g].residents.len() {
+                let j = self.kv_pools[g].residents[k] as usize;
+                if Some(j) != except && self.insts[j].inflight == 0 && self.insts[j].engine.has_schedulable() {
+                    self.start_iterations(j);
+                }
+            }
+        }
     }
 
     /// Resizes the instance's cache to what it holds plus what its pools can give it
@@ -135,15 +155,7 @@ impl Sim<'_> {
             p.used = p.used + bytes - old;
         }
         if bytes < old {
-            for gi in 0..self.scn.deployment.group(group).gpus.len() {
-                let g = self.scn.deployment.group(group).gpus[gi].0 as usize;
-                for k in 0..self.kv_pools[g].residents.len() {
-                    let j = self.kv_pools[g].residents[k] as usize;
-                    if j != inst && self.insts[j].inflight == 0 && self.insts[j].engine.has_schedulable() {
-                        self.start_iterations(j);
-                    }
-                }
-            }
+            self.kv_wake(group, Some(inst));
         }
     }
 }
