@@ -97,6 +97,8 @@ pub(crate) struct Copies {
     ops: Vec<u32>,
     /// The serving instance of each entry, if it serves.
     inst: Vec<Option<u32>>,
+    /// Per instance, its entry (the inverse of `inst`: looked up at every iteration's end).
+    entry: Vec<usize>,
     /// Per instance, whether requests may be routed (or moved) to it, and whether it
     /// may hold KV (resident or draining).
     routable: Vec<bool>,
@@ -161,6 +163,7 @@ impl Sim<'_> {
             state: vec![CopyState::Resident; n],
             ops: vec![0; n],
             inst: vec![None; n],
+            entry: vec![usize::MAX; self.insts.len()],
             routable: vec![true; self.insts.len()],
             holds_kv: vec![true; self.insts.len()],
             for_memory: vec![false; n],
@@ -173,6 +176,7 @@ impl Sim<'_> {
         for (i, rt) in self.insts.iter().enumerate() {
             if let Some(e) = dep.homes.iter().position(|h| h.tenant == rt.tenant && h.group == rt.group && h.serves) {
                 c.inst[e] = Some(i as u32);
+                c.entry[i] = e;
             }
         }
         self.copies = c;
@@ -420,7 +424,8 @@ impl Sim<'_> {
         if !self.copies.on || self.insts[inst].is_home {
             return;
         }
-        if let Some(e) = self.copies.inst.iter().position(|&i| i == Some(inst as u32)) {
+        let e = self.copies.entry[inst];
+        if e != usize::MAX {
             self.drop_if_idle(e);
         }
     }
