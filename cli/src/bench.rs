@@ -69,6 +69,7 @@ pub fn run(a: Args) -> Result<()> {
         Some(What::Live(l)) => return live::run(l),
         None => {}
     }
+    crate::policies::note_wasm(&a.policy);
     println!(
         "{:<16} {:>10} {:>7} {:>12} {:>11} {:>8} {:>9} {:>11} {:>12} {:>13} {:>12} {:>11} {:>8}",
         "scenario",

@@ -53,6 +53,18 @@ pub fn runs_wasm(name: &str) -> bool {
     shipped(name) && wasm_build(name).exists()
 }
 
+/// Says so when a bare shipped name runs its Wasm build, which is slower (op by op
+/// through the sandbox, never on the fast path): timings of `dedicated` once
+/// `target/plugins/dedicated.wasm` exists are not those of its native build.
+pub fn note_wasm(name: &str) {
+    if runs_wasm(name) {
+        eprintln!(
+            "note: `{name}` runs its Wasm build {}, op by op and off the fast path; `native:{name}` gives the same results faster",
+            wasm_build(name).display()
+        );
+    }
+}
+
 fn unknown(name: &str) -> String {
     format!(
         "unknown policy `{name}` (shipped: {}; example: {}; `native:NAME` for a native build, or a path to a .wasm plugin)",

@@ -152,8 +152,8 @@ pub fn run(a: Args) -> Result<()> {
     // A sweep's time is mostly its replays, and a Wasm build runs op by op through the
     // sandbox, never on the fast path: 100 s of `mix-6t` under `dedicated` at rate scale
     // 0.84 took 9.2 s so, 0.6 s natively.
-    for p in policies.iter().filter(|p| crate::policies::runs_wasm(p)) {
-        eprintln!("note: `{p}` runs its Wasm build, op by op and off the fast path; `native:{p}` gives the same results faster");
+    for p in &policies {
+        crate::policies::note_wasm(p);
     }
     ensure!(!a.violation_targets.is_empty(), "--violation-targets is empty");
     for t in &a.violation_targets {
