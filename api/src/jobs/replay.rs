@@ -72,8 +72,27 @@ pub(super) async fn load_scenario(inner: &Inner, spec: &crate::db::runs::RunSpec
 }
 
 /// The scenario tenants' registered tenants, attributed when the run starts.
-pub(super) fn requested_tenants(spec: &crate::db::runs::RunSpec) -> BTreeMap<String, uuid::Uuid> {
+fn requested_tenants(spec: &crate::db::runs::RunSpec) -> BTreeMap<String, uuid::Uuid> {
     spec.tenant_map.as_ref().and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default()
+}
+
+/// What a replay and a sweep do before their first replay: the scenario loaded,
+/// its tenants attributed to the registered ones, the parameters recorded, the tenants'
+/// SLAs applied and the core's modes read.
+pub(super) async fn start(
+    inner: &Inner,
+    spec: &crate::db::runs::RunSpec,
+    params: &mut params::RunParams,
+) -> Result<(Scenario, slicesched_sim::KvMigration, slicesched_sim::Replan), String> {
+    let scenario = load_scenario(inner, spec).await?;
+    params.seed = scenario.spec.seed;
+    params.tenants = params::attribute(&inner.db, &params::scenario_slas(&scenario), &requested_tenants(spec)).await?;
+    params::record_start(&inner.db, spec.id, params)
+        .await
+        .map_err(|e| format!("recording the run's parameters: {e}"))?;
+    let scenario = params::apply(scenario, &params.tenants);
+    let (kv_migration, replan) = params.core.modes()?;
+    Ok((scenario, kv_migration, replan))
 }
 
 pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx: Ctx) -> Outcome {
@@ -84,22 +103,8 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     let Some(policy) = params.policies.first().cloned() else {
         return Outcome::Failed("a replay needs one policy".into());
     };
-    let scenario = match load_scenario(inner, spec).await {
+    let (scenario, kv_migration, replan) = match start(inner, spec, &mut params).await {
         Ok(s) => s,
-        Err(e) => return Outcome::Failed(e),
-    };
-    params.seed = scenario.spec.seed;
-    params.tenants =
-        match params::attribute(&inner.db, &params::scenario_slas(&scenario), &requested_tenants(spec)).await {
-            Ok(t) => t,
-            Err(e) => return Outcome::Failed(e),
-        };
-    if let Err(e) = params::record_start(&inner.db, spec.id, &params).await {
-        return Outcome::Failed(format!("recording the run's parameters: {e}"));
-    }
-    let scenario = params::apply(scenario, &params.tenants);
-    let (kv_migration, replan) = match params.core.modes() {
-        Ok(m) => m,
         Err(e) => return Outcome::Failed(e),
     };
     // A trial (`plugin:{id}`) runs its component while it is still inactive.

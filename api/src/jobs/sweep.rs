@@ -3,7 +3,7 @@
 //! runs share the blocking pool fairly. Stores `sweep.json` as the run's summary.
 
 use super::replay::replay_blocking;
-use super::{params, succeed, Ctx, Inner, Outcome};
+use super::{succeed, Ctx, Inner, Outcome};
 use slicesched_report::search::{search, Outcome as Found, Points, SearchOpts};
 use slicesched_report::{SweepPoint, SweepReport, SweepResult, SweepTiming};
 use slicesched_sim::ReplayOptions;
@@ -28,22 +28,8 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Ok(p) => p,
         Err(e) => return Outcome::Failed(e),
     };
-    let scenario = match super::replay::load_scenario(inner, spec).await {
+    let (scenario, kv_migration, replan) = match super::replay::start(inner, spec, &mut params).await {
         Ok(s) => s,
-        Err(e) => return Outcome::Failed(e),
-    };
-    params.seed = scenario.spec.seed;
-    let requested = super::replay::requested_tenants(spec);
-    params.tenants = match params::attribute(&inner.db, &params::scenario_slas(&scenario), &requested).await {
-        Ok(t) => t,
-        Err(e) => return Outcome::Failed(e),
-    };
-    if let Err(e) = params::record_start(&inner.db, spec.id, &params).await {
-        return Outcome::Failed(format!("recording the run's parameters: {e}"));
-    }
-    let scenario = params::apply(scenario, &params.tenants);
-    let (kv_migration, replan) = match params.core.modes() {
-        Ok(m) => m,
         Err(e) => return Outcome::Failed(e),
     };
     let db = inner.db.clone();
