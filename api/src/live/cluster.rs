@@ -276,6 +276,13 @@ fn publish(sim: &LiveSim, shared: &Shared, scn: &Scenario, serving: &[u32], t0: 
     for (t, c) in tenants.iter_mut().zip(sim.counts()) {
         (t.requests, t.completed, t.dropped, t.sla_violations) = (c.requests, c.completed, c.dropped, c.sla_violations);
     }
+    for (i, t) in tenants.iter_mut().enumerate() {
+        let o = sim.offered(i as u32);
+        (t.offered_requests_per_s, t.offered_prompt_tokens_per_s, t.offered_output_tokens_per_s) =
+            (o.average.requests, o.average.prompt_tokens, o.average.output_tokens);
+        (t.forecast_requests_per_s, t.forecast_prompt_tokens_per_s, t.forecast_output_tokens_per_s) =
+            (o.forecast.requests, o.forecast.prompt_tokens, o.forecast.output_tokens);
+    }
     for &p in serving {
         tenants[p as usize].in_service += 1;
     }

@@ -18,6 +18,7 @@ pub struct LiveMetrics {
     pub kv_usage: GaugeVec,
     pub kv_blocks: IntGaugeVec,
     pub preemptions: IntGaugeVec,
+    pub offered: GaugeVec,
 }
 
 const LABELS: &[&str] = &["model_name", "tenant"];
@@ -63,6 +64,15 @@ impl LiveMetrics {
                 &["model_name", "tenant", "state"],
             ),
             preemptions: gauge("slicesched_live_preemptions", "Preemptions since the cluster started", LABELS),
+            offered: GaugeVec::new(
+                Opts::new(
+                    "slicesched_live_offered_load",
+                    "Offered load per second (what: requests, prompt_tokens, output_tokens; window: \
+                     average, the ~50-s moving average, or forecast, the higher of it and the last minute's busiest 10 s)",
+                ),
+                &["model_name", "tenant", "what", "window"],
+            )
+            .expect("valid metric"),
         };
         for c in [
             Box::new(m.ttft.clone()) as Box<dyn prometheus::core::Collector>,
@@ -77,6 +87,7 @@ impl LiveMetrics {
             Box::new(m.kv_usage.clone()),
             Box::new(m.kv_blocks.clone()),
             Box::new(m.preemptions.clone()),
+            Box::new(m.offered.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -117,6 +128,20 @@ impl LiveMetrics {
             self.kv_blocks.with_label_values(&[&t.model_id, &t.name, "used"]).set(used as i64);
             self.kv_blocks.with_label_values(&[&t.model_id, &t.name, "free"]).set(now.kv_blocks_free as i64);
             self.preemptions.with_label_values(&l).set(now.preemptions as i64);
+            for (window, rates) in [
+                (
+                    "average",
+                    [now.offered_requests_per_s, now.offered_prompt_tokens_per_s, now.offered_output_tokens_per_s],
+                ),
+                (
+                    "forecast",
+                    [now.forecast_requests_per_s, now.forecast_prompt_tokens_per_s, now.forecast_output_tokens_per_s],
+                ),
+            ] {
+                for (what, v) in ["requests", "prompt_tokens", "output_tokens"].into_iter().zip(rates) {
+                    self.offered.with_label_values(&[&t.model_id, &t.name, what, window]).set(v);
+                }
+            }
         }
     }
 }

@@ -56,6 +56,16 @@ pub struct TenantSnapshot {
     pub dropped: u64,
     /// Finished requests whose TTFT or mean TPOT missed the tenant's SLA.
     pub sla_violations: u64,
+    /// Offered load per second, as the meter a replay's `--replan online` reads: its
+    /// moving average (~50 s) over closed 10-s windows (0 in a service's first 10 s).
+    pub offered_requests_per_s: f64,
+    pub offered_prompt_tokens_per_s: f64,
+    pub offered_output_tokens_per_s: f64,
+    /// The same meter's forecast: the average, or the busiest 10-s window of the last
+    /// minute where that is higher (what the planner sizes a tenant's capacity for).
+    pub forecast_requests_per_s: f64,
+    pub forecast_prompt_tokens_per_s: f64,
+    pub forecast_output_tokens_per_s: f64,
 }
 
 /// What the loop last published.

@@ -176,6 +176,7 @@ async fn two_tenants_served_live_answer_what_an_offline_greedy_run_gives(pool: P
         "vllm:generation_tokens_total{model_name=\"tiny-2l\",tenant=\"alpha\"} 12",
         "vllm:request_success_total{finished_reason=\"length\",model_name=\"tiny-4l\",tenant=\"beta\"} 1",
         "vllm:num_requests_running{model_name=\"tiny-2l\",tenant=\"alpha\"} 0",
+        "slicesched_live_offered_load{model_name=\"tiny-4l\",tenant=\"beta\",what=\"requests\",window=\"forecast\"} ",
     ] {
         assert!(metrics.contains(line), "{line} not in\n{metrics}");
     }
@@ -253,6 +254,10 @@ async fn two_tenants_served_live_answer_what_an_offline_greedy_run_gives(pool: P
     let a = &st["now"]["tenants"][0];
     assert_eq!(a["kv_blocks_free"], a["kv_blocks_total"], "{st}");
     assert_eq!((a["requests"].as_u64(), a["dropped"].as_u64()), (Some(2), Some(0)));
+    // The offered-load meter (0 until its first 10-s window closes): the forecast is
+    // never under the average.
+    let (avg, fc) = (a["offered_requests_per_s"].as_f64(), a["forecast_requests_per_s"].as_f64());
+    assert!(avg.zip(fc).is_some_and(|(x, y)| x >= 0.0 && y >= x), "{st}");
 }
 
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]

@@ -5,12 +5,14 @@
 //! where they fit, from the loads as the trace offers them. With [`Replan::Static`]
 //! (the default) they stay for the whole run. With [`Replan::Online`] the run starts
 //! with them too, and the core revises when each lender can host them, from what it
-//! sees as the run goes (a [`LoadMeter`] per tenant, the meter a live service runs,
-//! checked every [`TICK_NS`]; the owners' KV queues at every admission and iteration):
+//! sees as the run goes (each tenant's [`LoadMeter`](crate::load::LoadMeter), the meter
+//! a live service reports, checked every [`TICK_NS`]; the owners' KV queues at every
+//! admission and iteration):
 //!
-//! - a lender whose owners' average load ([`LoadMeter::average`], as the planner judges
-//!   lenders by their mean) reaches [`OWNER_BUSY`] loses its copies: they drain (no new
-//!   requests, no new borrowed ops) and are dropped once nothing of them runs;
+//! - a lender whose owners' average load (the meters' moving average, as the planner
+//!   judges lenders by their mean) reaches [`OWNER_BUSY`] loses its copies: they
+//!   drain (no new requests, no new borrowed ops) and are dropped once nothing of them
+//!   runs;
 //! - an owner whose queue waits for KV blocks takes the memory back at once: idle
 //!   copies on its GPUs are dropped until the queue's head fits, busy ones drain, and
 //!   none comes back there for [`RELOAD_AFTER_NS`];
@@ -31,7 +33,7 @@
 //! where the GPUs' KV caches are pooled (one serving process per GPU: `pooled`,
 //! `slice`), in a replay without an executor; elsewhere the copies stay as planned.
 
-use crate::load::{LoadMeter, ServiceCost};
+use crate::load::ServiceCost;
 use crate::planner::{service_cost, OWNER_BUSY};
 use crate::replay::{Ev, Sim};
 use slicesched_gmg::{Deployment, GroupId, MemoryKind, TenantId};
@@ -86,7 +88,7 @@ pub(crate) enum CopyState {
     Absent,
 }
 
-/// The copies' states, the meters behind them, and what moved in the whole run.
+/// The copies' states, what their owners' loads cost, and what moved in the whole run.
 #[derive(Debug, Default)]
 pub(crate) struct Copies {
     /// Revised online (set up by [`Sim::init_copies`]).
@@ -106,7 +108,6 @@ pub(crate) struct Copies {
     /// Entries drained for their owner's memory, and when each may load again.
     for_memory: Vec<bool>,
     not_before: Vec<u64>,
-    meters: Vec<LoadMeter>,
     svc: Vec<ServiceCost>,
     /// The deployment as policies see it: the homes and the resident copies.
     pub live: Deployment,
@@ -168,7 +169,6 @@ impl Sim<'_> {
             holds_kv: vec![true; self.insts.len()],
             for_memory: vec![false; n],
             not_before: vec![0; n],
-            meters: self.scn.tenants.iter().map(|t| LoadMeter::new(&t.sla)).collect(),
             svc: (0..self.scn.tenants.len()).map(|i| service_cost(self.scn, i, self.cost)).collect(),
             live: dep.clone(),
             ..Default::default()
@@ -189,11 +189,10 @@ impl Sim<'_> {
         }
     }
 
-    /// Counts an arrival in its tenant's meter.
+    /// Counts an arrival in its tenant's meter (every run has them: the online revision
+    /// reads them, a live service reports them).
     pub(crate) fn meter(&mut self, t: u32, prompt: u32, output: u32) {
-        if self.copies.on {
-            self.copies.meters[t as usize].observe(self.now, prompt, output);
-        }
+        self.meters[t as usize].observe(self.now, prompt, output);
     }
 
     /// The periodic revision (module doc).
@@ -204,7 +203,7 @@ impl Sim<'_> {
         let mut owner_rho = vec![0f64; self.scn.cluster.len()];
         let scn = self.scn;
         for h in scn.deployment.homes.iter().filter(|h| h.is_home) {
-            let m = &mut self.copies.meters[h.tenant.index()];
+            let m = &mut self.meters[h.tenant.index()];
             m.advance(now);
             let rho = self.copies.svc[h.tenant.index()].rho(&m.average());
             for g in &scn.deployment.group(h.group).gpus {

@@ -36,7 +36,7 @@ pub use busy::max_bytes as busy_max_bytes;
 pub use busy::{bucket_ns_for, BusyBuckets, BusyRow};
 pub use copies::Replan;
 pub use exec::{End, ExecOp, OpExecutor};
-pub use live::{EngineState, LiveSim};
+pub use live::{EngineState, LiveSim, OfferedLoad};
 pub use metrics::{
     gap_bucket_edge_ns, GapHistogram, GpuStats, RequestRecord, Scheduling, Summary, TenantStats, TimeSeries, Timing,
     GAP_BUCKETS, SERIES_BUCKET_NS,

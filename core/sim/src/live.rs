@@ -22,6 +22,14 @@ pub struct EngineState {
     pub batches_in_flight: u32,
 }
 
+/// A tenant's offered load, per second: the meter's moving average (~50 s) and its
+/// forecast (the average, or the busiest 10-s window of the last minute where higher).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OfferedLoad {
+    pub average: crate::load::Rate,
+    pub forecast: crate::load::Rate,
+}
+
 /// A simulator whose requests and clock come from its caller.
 ///
 /// It serves for as long as its caller lets it, so what it holds per request is
@@ -191,6 +199,16 @@ impl<'a> LiveSim<'a> {
     /// Whether any request is waiting, running or still executing.
     pub fn busy(&self) -> bool {
         self.sim.insts.iter().any(|i| i.engine.has_work() || i.inflight > 0) || !self.sim.events.is_empty()
+    }
+
+    /// A tenant's offered load as its meter sees it now (the meter `--replan online`
+    /// reads in a replay): requests and tokens per second, the moving average and the
+    /// forecast. Both count closed 10-s windows only, so a service's first window reads 0.
+    pub fn offered(&self, tenant: u32) -> OfferedLoad {
+        let Some(m) = self.sim.meters.get(tenant as usize) else { return OfferedLoad::default() };
+        let mut m = m.clone();
+        m.advance(self.sim.now);
+        OfferedLoad { average: m.average(), forecast: m.forecast() }
     }
 
     /// A tenant's queues and KV cache now.

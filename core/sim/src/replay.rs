@@ -245,6 +245,8 @@ pub(crate) struct Sim<'a> {
     pub moves: crate::migrate::Moves,
     /// The copies' states when they come and go (`crate::copies`).
     pub copies: crate::copies::Copies,
+    /// Each tenant's offered load, metered at every arrival.
+    pub meters: Vec<crate::load::LoadMeter>,
 }
 
 /// Replays a scenario under a policy. Deterministic: same inputs, same result.
@@ -402,6 +404,7 @@ impl<'a> Sim<'a> {
             batch_seqs: Vec::new(),
             moves: Default::default(),
             copies: Default::default(),
+            meters: scn.tenants.iter().map(|t| crate::load::LoadMeter::new(&t.sla)).collect(),
         };
         sim.load_memory();
         sim.init_kv_pools();

@@ -131,3 +131,37 @@ fn a_retired_request_can_still_be_ended_and_ids_keep_counting() {
     assert_eq!((r.summary.requests, r.summary.completed), (2, 2));
     assert_eq!(r.records.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1], "the result holds what was not retired");
 }
+
+#[test]
+fn a_live_loop_meters_each_tenants_offered_load_as_a_replay_does() {
+    let scn = scenario(SCENARIO);
+    let mut p = slicesched_policy::builtin("dedicated").unwrap();
+    let cost = slicesched_cost::CostModel::default_a100();
+    let mut sim = LiveSim::new(&scn, p.as_mut(), cost, ReplayOptions::default(), None);
+    // Two minutes: `chat` 10 requests/s of 200 + 20 tokens, `code` quiet until a 10-s
+    // burst of 40/s in the last minute.
+    for k in 0..1_200u64 {
+        let t = k * 100_000_000;
+        sim.advance(t, u64::MAX);
+        sim.arrive(0, 200, 20).expect("fits");
+        if (90_000..100_000).contains(&(t / 1_000_000)) {
+            for _ in 0..4 {
+                sim.arrive(1, 100, 2).expect("fits");
+            }
+        }
+    }
+    sim.advance(120_000_000_000, u64::MAX);
+    let chat = sim.offered(0);
+    // The moving average has closed 12 windows of 10/s: within a few % of it.
+    assert!((chat.average.requests - 10.0).abs() < 1.0, "{chat:?}");
+    assert!((chat.average.prompt_tokens / chat.average.requests - 200.0).abs() < 1e-6);
+    assert!((chat.forecast.requests - 10.0).abs() < 1.0, "{chat:?}");
+    // The burst: the forecast keeps its peak window, the average has spread it thin.
+    let code = sim.offered(1);
+    assert!((code.forecast.requests - 40.0).abs() < 1e-6, "{code:?}");
+    assert!(code.average.requests < 15.0 && code.average.requests > 0.0, "{code:?}");
+    // A minute of silence later the burst has left the forecast's window.
+    sim.advance(200_000_000_000, u64::MAX);
+    assert!(sim.offered(1).forecast.requests < 5.0, "{:?}", sim.offered(1));
+    assert_eq!(sim.offered(9), slicesched_sim::OfferedLoad::default(), "no such tenant: nothing offered");
+}
