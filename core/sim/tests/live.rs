@@ -33,6 +33,11 @@ const REQUESTS: u64 = 6_000;
 /// A100 serves: the queues stay short).
 const GAP_NS: u64 = 20_000_000;
 
+/// A live loop over `scn` under `policy`, priced by the A100 model, no executor.
+fn live<'a>(scn: &'a Scenario, policy: &'a mut dyn slicesched_policy::Policy) -> LiveSim<'a> {
+    LiveSim::new(scn, policy, slicesched_cost::CostModel::default_a100(), ReplayOptions::default(), None)
+}
+
 /// Serves the same arrivals, retiring what ended every simulated second when `retire`;
 /// returns the most records and engine sequences held at once, and the loop.
 fn serve<'a>(
@@ -40,8 +45,7 @@ fn serve<'a>(
     policy: &'a mut dyn slicesched_policy::Policy,
     retire: bool,
 ) -> ((usize, usize), LiveSim<'a>) {
-    let cost = slicesched_cost::CostModel::default_a100();
-    let mut sim = LiveSim::new(scn, policy, cost, ReplayOptions::default(), None);
+    let mut sim = live(scn, policy);
     let mut most = (0, 0);
     for k in 0..REQUESTS {
         let t = k * GAP_NS;
@@ -110,8 +114,7 @@ fn a_live_loop_holds_what_is_in_service_and_still_counts_every_request() {
 fn a_retired_request_can_still_be_ended_and_ids_keep_counting() {
     let scn = scenario(SCENARIO);
     let mut p = slicesched_policy::builtin("dedicated").unwrap();
-    let cost = slicesched_cost::CostModel::default_a100();
-    let mut sim = LiveSim::new(&scn, p.as_mut(), cost, ReplayOptions::default(), None);
+    let mut sim = live(&scn, p.as_mut());
     let first = sim.arrive(0, 100, 2).unwrap();
     sim.advance(2_000_000_000, u64::MAX);
     assert!(sim.record(first).is_some_and(|r| r.finish_ns.is_some()));
@@ -136,8 +139,7 @@ fn a_retired_request_can_still_be_ended_and_ids_keep_counting() {
 fn a_live_loop_meters_each_tenants_offered_load_as_a_replay_does() {
     let scn = scenario(SCENARIO);
     let mut p = slicesched_policy::builtin("dedicated").unwrap();
-    let cost = slicesched_cost::CostModel::default_a100();
-    let mut sim = LiveSim::new(&scn, p.as_mut(), cost, ReplayOptions::default(), None);
+    let mut sim = live(&scn, p.as_mut());
     // Two minutes: `chat` 10 requests/s of 200 + 20 tokens, `code` quiet until a 10-s
     // burst of 40/s in the last minute.
     for k in 0..1_200u64 {
