@@ -290,15 +290,10 @@ async fn check_policies(st: &AppState, body: &NewRun) -> ApiResult<Vec<String>> 
 
 /// The replay modes a run asks for (the defaults where it names none).
 fn check_modes(body: &NewRun) -> ApiResult<(slicesched_sim::KvMigration, slicesched_sim::Replan)> {
-    let kv = match &body.kv_migration {
-        Some(m) => m.parse().map_err(|e: String| ApiError::invalid("kv_migration", e))?,
-        None => Default::default(),
-    };
-    let replan = match &body.replan {
-        Some(m) => m.parse().map_err(|e: String| ApiError::invalid("replan", e))?,
-        None => Default::default(),
-    };
-    Ok((kv, replan))
+    fn mode<T: std::str::FromStr<Err = String> + Default>(field: &str, v: &Option<String>) -> ApiResult<T> {
+        v.as_deref().map_or(Ok(T::default()), |m| m.parse().map_err(|e| ApiError::invalid(field, e)))
+    }
+    Ok((mode("kv_migration", &body.kv_migration)?, mode("replan", &body.replan)?))
 }
 
 fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {
