@@ -59,12 +59,13 @@ pub struct CoreOptions {
     pub replan: String,
 }
 
+/// The core's defaults by the names it parses, for runs stored before the modes were.
 fn off() -> String {
-    "off".into()
+    slicesched_sim::KvMigration::default().name().into()
 }
 
 fn static_replan() -> String {
-    "static".into()
+    slicesched_sim::Replan::default().name().into()
 }
 
 impl CoreOptions {
