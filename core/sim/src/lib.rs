@@ -22,6 +22,7 @@ mod live;
 pub mod load;
 mod metrics;
 mod migrate;
+mod pace;
 mod place;
 mod planner;
 mod probe;

@@ -355,6 +355,9 @@ pub struct Scheduling {
     pub copies_dropped_for_memory: u64,
     pub copied_weights_gb: f64,
     pub copy_load_ms: f64,
+    /// Owners' decode-only steps that waited for their paced launch while another
+    /// tenant used their GPUs (`pace.rs`).
+    pub paced_decode_steps: u64,
 }
 
 /// The replay's summary (`summary.json`).

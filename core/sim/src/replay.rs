@@ -56,6 +56,9 @@ pub struct ReplayOptions {
     /// Whether the planned copies stay for the whole run or come and go with the load
     /// (`crate::copies`). Never with an executor.
     pub replan: crate::Replan,
+    /// A home's decode-only steps keep to half its TPOT target while another tenant
+    /// with weights on its GPUs has requests (`crate::pace`). Off: back to back.
+    pub decode_pacing: bool,
 }
 
 impl Default for ReplayOptions {
@@ -75,6 +78,7 @@ impl Default for ReplayOptions {
             stop_above_violation: None,
             kv_migration: crate::KvMigration::Off,
             replan: crate::Replan::Static,
+            decode_pacing: true,
         }
     }
 }
@@ -132,6 +136,8 @@ pub(crate) enum Ev {
     Replan,
     /// A copy's weights landed on its GPUs (`crate::copies`).
     CopyLanded(u32),
+    /// A home's paced decode step may launch (`crate::pace`): instance, token.
+    Paced(u32, u32),
 }
 
 /// One engine instance: a tenant's home, or a serving replica.
@@ -155,6 +161,10 @@ pub(crate) struct InstRt {
     /// Requests whose KV is leaving this instance now, and arriving.
     pub moving_out: u32,
     pub moving_in: u32,
+    /// A decode step held for its paced launch (`crate::pace`).
+    pub paced: Option<crate::pace::Paced>,
+    /// When its last decode-only step launched (u64::MAX: none yet).
+    pub last_decode_launch: u64,
 }
 
 /// One iteration executing in the GMG.
@@ -195,6 +205,11 @@ pub(crate) struct Sim<'a> {
     pub single_iterations: u64,
     /// Extra micro-batches that waited for room for their activations.
     pub deferred_batches: u64,
+    /// Per instance, the tenants whose requests pace its decode steps (`crate::pace`).
+    pub pace_guests: Vec<crate::pace::PaceGuests>,
+    pub pace_seq: u32,
+    /// Decode steps that waited for their paced launch.
+    pub paced_steps: u64,
     pub completed: u64,
     pub dep_violations: u64,
     pub rejected: Vec<(String, u64)>,
@@ -318,6 +333,8 @@ impl<'a> Sim<'a> {
                 deferred: None,
                 moving_out: 0,
                 moving_in: 0,
+                paced: None,
+                last_decode_launch: u64::MAX,
             });
         }
         let records = scn
@@ -363,6 +380,9 @@ impl<'a> Sim<'a> {
             op_events: 0,
             iterations: 0,
             single_iterations: 0,
+            pace_guests: Vec::new(),
+            pace_seq: 0,
+            paced_steps: 0,
             deferred_batches: 0,
             completed: 0,
             dep_violations: 0,
@@ -409,6 +429,7 @@ impl<'a> Sim<'a> {
         sim.load_memory();
         sim.init_kv_pools();
         sim.init_fast();
+        sim.init_pacing();
         // The timeline answers borrow checks and probes: a policy that places every op
         // home (and so never asks) needs none.
         if sim.policy.reads_view() && !sim.policy.home_only() {
@@ -539,6 +560,7 @@ impl Sim<'_> {
             Ev::Moved(id) => self.moved(id),
             Ev::Replan => self.replan(),
             Ev::CopyLanded(e) => self.copy_landed(e),
+            Ev::Paced(inst, token) => self.paced_due(inst as usize, token),
         }
     }
 
@@ -607,6 +629,9 @@ impl Sim<'_> {
     /// Lets the instance's engine form batches while the policy admits them; each
     /// reaches the GPUs after the engine's CPU overhead.
     pub(crate) fn start_iterations(&mut self, inst: usize) {
+        if self.insts[inst].paced.is_some() && self.insts[inst].engine.has_schedulable() {
+            self.unpace(inst);
+        }
         if self.insts[inst].deferred.is_some() && !self.launch_deferred(inst) {
             return;
         }
@@ -742,8 +767,12 @@ impl Sim<'_> {
         rt.batches.push((batch, peak));
         let b = rt.engine.batch(batch);
         let overhead = self.opts.cpu_overhead.iteration_ns(b.prefills.len() + b.decodes.len());
-        rt.next_launch = rt.next_launch.min(self.now + overhead);
-        if overhead == 0 {
+        let at = self.paced_launch(inst, batch, self.now + overhead);
+        let rt = &mut self.insts[inst];
+        rt.next_launch = rt.next_launch.min(at);
+        if at > self.now + overhead {
+            self.pace(inst, batch, self.now + overhead, at);
+        } else if overhead == 0 {
             self.fast.inline_launch = true;
             self.launch(inst, batch);
             self.fast.inline_launch = false;
@@ -753,11 +782,14 @@ impl Sim<'_> {
     }
 
     /// Puts a scheduled batch's operator DAG into the GMG.
-    fn launch(&mut self, inst: usize, batch: BatchId) {
+    pub(crate) fn launch(&mut self, inst: usize, batch: BatchId) {
         let rt = &mut self.insts[inst];
         rt.next_launch = u64::MAX;
         let setup = &self.scn.tenants[rt.tenant.index()];
         let b = rt.engine.batch(batch);
+        if b.prefills.is_empty() && !b.decodes.is_empty() {
+            rt.last_decode_launch = self.now;
+        }
         let tp = setup.gpus.len() as u32;
         let dag = setup.model.iteration_dag(b, tp);
         let new_prompt_tokens = rt.engine.batch_new_prompt_tokens(batch);

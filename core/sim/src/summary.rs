@@ -208,6 +208,7 @@ impl Sim<'_> {
                 copies_dropped_for_memory: self.copies.dropped_for_memory,
                 copied_weights_gb: self.copies.bytes as f64 / 1e9,
                 copy_load_ms: self.copies.load_ns as f64 / 1e6,
+                paced_decode_steps: self.paced_steps,
             },
             gpu_busy_fraction: gpus.iter().map(|g| g.busy_fraction).sum::<f64>() / gpus.len().max(1) as f64,
             tenants,
