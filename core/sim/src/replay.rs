@@ -57,7 +57,8 @@ pub struct ReplayOptions {
     /// (`crate::copies`). Never with an executor.
     pub replan: crate::Replan,
     /// A home's decode-only steps keep to half its TPOT target while another tenant
-    /// with weights on its GPUs has requests (`crate::pace`). Off: back to back.
+    /// uses its GPUs: its serving copy there holds requests, or its borrowed ops are
+    /// there (`crate::pace`). Off: back to back, as an engine alone runs them.
     pub decode_pacing: bool,
 }
 
@@ -205,7 +206,7 @@ pub(crate) struct Sim<'a> {
     pub single_iterations: u64,
     /// Extra micro-batches that waited for room for their activations.
     pub deferred_batches: u64,
-    /// Per instance, the tenants whose requests pace its decode steps (`crate::pace`).
+    /// Per instance, who could use its GPUs while its decode steps wait (`crate::pace`).
     pub pace_guests: Vec<crate::pace::PaceGuests>,
     pub pace_seq: u32,
     /// Decode steps that waited for their paced launch.
