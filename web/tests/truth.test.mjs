@@ -41,8 +41,7 @@ describe('whole-run timeline', () => {
     // two stretches, the second past the run's op-level start (at 1.25×, what this
     // test used before, 30 borrowed ops remain, all in the opening burst). The
     // replay is deterministic, so this holds until the policy changes; then pick
-    // the scale anew (`slicesched replay --policy native:slice --rate-scale S`
-    // reports `scheduling.borrowed_ops` in summary.json).
+    // the scale anew (`cargo run --release -p slicesched-sim --example point`).
     const run = await replay({ policy: 'slice', rate_scale: 1.8 });
     const meta = await api(`/runs/${run.id}/timeline/meta`, ADMIN);
     assert.equal(meta.whole_run, true, 'the run stored whole-run busy buckets');
