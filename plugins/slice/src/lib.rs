@@ -20,13 +20,24 @@ pub struct Slice {
     /// Per tenant, every group holding some of its weights: (group, first layer, end
     /// layer), from `configure`.
     holders: Vec<Vec<(u32, u32, u32)>>,
+    /// Per GPU, the share of the last ~[`OWNER_WINDOW_NS`] its owner had work in sight
+    /// (a time-weighted moving average, sampled at every `route`).
+    owner_busy: Vec<f64>,
+    last_ns: u64,
 }
 
 impl Default for Slice {
     fn default() -> Self {
-        Self { max_inflight: 8, candidates: Vec::new(), holders: Vec::new() }
+        Self { max_inflight: 8, candidates: Vec::new(), holders: Vec::new(), owner_busy: Vec::new(), last_ns: 0 }
     }
 }
+
+/// The window of a GPU owner's recent activity, and the busy share above which its GPUs
+/// take no requests for other tenants' serving copies: an owner that has been busy
+/// will be back within the request's lifetime, and the copy's ops then wait behind
+/// its ops (on steady load that doubled TPOT p99 for nothing).
+const OWNER_WINDOW_NS: u64 = 1_000_000_000;
+const OWNER_BUSY_MAX: f64 = 0.5;
 
 /// How far ahead a GPU's owner must have nothing to do for its GPU to count as spare.
 const SPARE_HORIZON_NS: u64 = 20_000_000;
@@ -62,20 +73,17 @@ impl Policy for Slice {
         // `pooled`'s figures where `pooled` is worst (gen-15: goodput 1.80 -> 0.76 at
         // 9%, under `dedicated`'s 1.59; the median 1.45x -> 1.52x) and azure-code-4t at
         // 0.841 from 8.0% to 10.9%.
-        // Since the core paces an owner's decode steps while a guest uses its GPUs
-        // (core/sim/src/pace.rs), a copy whose owner is away now gets the owner's gaps,
-        // and requiring the owner to have been busy under half of the last second as
-        // well (what kept steady owners' TPOT before pacing) only closed copies: on
-        // single 300-s replays of the 20 family mixes at their 9% rate scales, dropping
-        // it took the mean violation rate from 7.23% to 6.70% (gen-03 5.69 -> 2.15%,
-        // gen-07 4.47 -> 3.11, gen-05 7.92 -> 9.14); azure-code-4t at 1.139 8.36% either
-        // way, at 0.393 0.76% -> 0.90%; uniform-4t 0.00%, TPOT p99 unchanged.
+        // The owners' activity is sampled at every arrival routed here (random instants
+        // as far as the GPUs are concerned), never in `place`: how often the core
+        // asks `place` then changes nothing (`home_when_free`).
+        self.observe(view);
         let Some(home) = instances.first() else { return Ok(0) };
         if home.waiting + home.running == 0 {
             return Ok(0);
         }
         self.candidates.clear();
         self.candidates.push(*home);
+        let quiet = |g: u32| view.groups[g as usize].iter().all(|&x| self.owner_busy[x as usize] < OWNER_BUSY_MAX);
         // A home whose oldest waiting request has already missed its TTFT target is
         // past what it can serve: any copy is better than a certain violation, so
         // every copy competes, as under `pooled`. Measured on the 20 mixes of
@@ -85,7 +93,7 @@ impl Policy for Slice {
         // -> 2.65x; median 1.35x -> 1.37x at 9%, 1.70x -> 1.82x at 1%.
         let behind = view.tenants.get(home.tenant as usize).is_some_and(|t| t.slack_ns < 0);
         self.candidates
-            .extend(instances.iter().skip(1).filter(|i| behind || owner_away(view, i.group)));
+            .extend(instances.iter().skip(1).filter(|i| behind || owner_away(view, i.group) && quiet(i.group)));
         if self.candidates.len() == 1 {
             return Ok(0);
         }
@@ -192,6 +200,23 @@ fn finish(view: &View, r: &ReadyOp, group: u32) -> u64 {
 }
 
 slicesched_plugin_sdk::export_policy!(Slice);
+
+impl Slice {
+    /// Folds the owners' activity since the last call into `owner_busy`.
+    fn observe(&mut self, view: &View) {
+        if self.owner_busy.len() != view.gpus.len() {
+            self.owner_busy.clear();
+            self.owner_busy.resize(view.gpus.len(), 0.0);
+        }
+        let dt = view.now_ns.saturating_sub(self.last_ns);
+        self.last_ns = view.now_ns;
+        let a = (dt as f64 / OWNER_WINDOW_NS as f64).min(1.0);
+        for (b, g) in self.owner_busy.iter_mut().zip(&view.gpus) {
+            let active = if g.owner_need_ns <= view.now_ns { 1.0 } else { 0.0 };
+            *b += a * (active - *b);
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
