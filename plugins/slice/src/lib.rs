@@ -73,6 +73,12 @@ impl Policy for Slice {
         // `pooled`'s figures where `pooled` is worst (gen-15: goodput 1.80 -> 0.76 at
         // 9%, under `dedicated`'s 1.59; the median 1.45x -> 1.52x) and azure-code-4t at
         // 0.841 from 8.0% to 10.9%.
+        // With decode pacing (core/sim/src/pace.rs) dropping the occupancy gate (owner
+        // away now alone) was tried again: 300-s replays of the 20 family mixes at their
+        // 9% scales 7.23% -> 6.70% mean violations, azure-code-4t 1.82x -> 1.87x at 1%,
+        // but moe-3t (`sweep --duration-s 180 --precision 0.15 --max-scale 4`) 1.00x ->
+        // 0.50x at 9%: the Mixtral tenant's requests sat on copies whose owners came
+        // back with prefill bursts (33% -> 71% violating at rate scale 1).
         // The owners' activity is sampled at every arrival routed here (random instants
         // as far as the GPUs are concerned), never in `place`: how often the core
         // asks `place` then changes nothing (`home_when_free`).
