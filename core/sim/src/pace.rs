@@ -58,7 +58,7 @@ pub(crate) struct Paced {
 
 impl Sim<'_> {
     /// Per home instance, who could use its GPUs: other tenants' serving copies on them
-    /// (instances) and the tenants with weight-only copies there.
+    /// (instances), and whether any other tenant holds weights there at all.
     pub(crate) fn init_pacing(&mut self) {
         let dep = &self.scn.deployment;
         let n = self.insts.len();
