@@ -153,7 +153,7 @@ pub(crate) struct FastState {
     ok: Vec<bool>,
     /// Per instance: the other instances with a GPU of its group, and their tenants
     /// (with, under `when_free`, its own and every tenant holding weights there).
-    shared: Vec<(Vec<u32>, Vec<u32>)>,
+    pub shared: Vec<(Vec<u32>, Vec<u32>)>,
     /// The policy stays home only while the home is free (`Policy::home_when_free`).
     when_free: bool,
     /// A batch is launching inside `Sim::start_iterations` (no CPU overhead), which

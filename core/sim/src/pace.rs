@@ -71,12 +71,15 @@ impl Sim<'_> {
                 }
                 let gpus = &dep.group(rt.group).gpus;
                 let shares = |group| dep.group(group).gpus.iter().any(|x| gpus.contains(x));
-                g.copies = (0..n)
+                // The instances sharing its GPUs, as the fast path found them.
+                g.copies = self.fast.shared[i]
+                    .0
+                    .iter()
+                    .copied()
                     .filter(|&j| {
-                        let o = &self.insts[j];
-                        !o.is_home && o.tenant != rt.tenant && shares(o.group)
+                        let o = &self.insts[j as usize];
+                        !o.is_home && o.tenant != rt.tenant
                     })
-                    .map(|j| j as u32)
                     .collect();
                 g.borrowed = dep.homes.iter().any(|h| !h.is_home && h.tenant != rt.tenant && shares(h.group));
                 g
@@ -92,8 +95,7 @@ impl Sim<'_> {
         if !g.borrowed || rt.last_decode_launch == u64::MAX {
             return ready_at;
         }
-        let b = rt.engine.batch(batch);
-        if !b.prefills.is_empty() || b.decodes.is_empty() {
+        if !decode_only(rt.engine.batch(batch)) {
             return ready_at;
         }
         let working = |j: usize| {
@@ -139,4 +141,9 @@ impl Sim<'_> {
             self.push(at, Ev::Launch(inst as u32, p.batch));
         }
     }
+}
+
+/// A batch of decode steps and nothing else: what pacing holds back.
+pub(crate) fn decode_only(b: &slicesched_model::IterationBatch) -> bool {
+    b.prefills.is_empty() && !b.decodes.is_empty()
 }

@@ -788,7 +788,7 @@ impl Sim<'_> {
         rt.next_launch = u64::MAX;
         let setup = &self.scn.tenants[rt.tenant.index()];
         let b = rt.engine.batch(batch);
-        if b.prefills.is_empty() && !b.decodes.is_empty() {
+        if crate::pace::decode_only(b) {
             rt.last_decode_launch = self.now;
         }
         let tp = setup.gpus.len() as u32;
