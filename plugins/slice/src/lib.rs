@@ -31,7 +31,14 @@ pub struct Slice {
 
 impl Default for Slice {
     fn default() -> Self {
-        Self { max_inflight: 8, candidates: Vec::new(), holders: Vec::new(), owner_busy: Vec::new(), last_ns: 0, placed_ns: Vec::new() }
+        Self {
+            max_inflight: 8,
+            candidates: Vec::new(),
+            holders: Vec::new(),
+            owner_busy: Vec::new(),
+            last_ns: 0,
+            placed_ns: Vec::new(),
+        }
     }
 }
 
