@@ -344,6 +344,41 @@ mod tests {
         assert_eq!(out[0].group, 1);
     }
 
+    /// A chain's op whose input is on a lender and whose home is free stays on the
+    /// lender (no copy back) only while the lender's owner has been quiet.
+    #[test]
+    fn a_free_home_takes_a_chain_back_from_a_busy_owner() {
+        use slicesched_plugin_sdk::{Home, Link, Tenant};
+        let mut v = view();
+        v.tenants = vec![Tenant { home: 0, layers: 1, slack_ns: i64::MAX, tpot_target_ns: 50_000_000 }];
+        let home = |group, is_home| Home { tenant: 0, group, first_layer: 0, end_layer: 1, is_home, serves: is_home };
+        v.homes = vec![home(0, true), home(1, false)];
+        v.links = vec![Link { same_device: false, latency_ns: 1_000, bandwidth: 1e11 }; 4];
+        let op = ReadyOp {
+            tenant: 0,
+            kind: OpKind::DownProj,
+            layer: Some(0),
+            predicted_ns: 600_000,
+            home: 0,
+            ready_ns: 10,
+            input_group: Some(1),
+            input_bytes: 1 << 20,
+            out_bytes: 1 << 20,
+            instance: 0,
+            prefill_tokens: 512,
+            decodes: 0,
+        };
+        let mut s = Slice::default();
+        s.configure(&v).unwrap();
+        let mut out = Vec::new();
+        for (busy, group) in [(0.1, 1), (0.9, 0)] {
+            s.owner_busy = vec![0.0, busy];
+            out.clear();
+            s.place(&v, &[op], &mut out).unwrap();
+            assert_eq!(out[0].group, group, "lender's owner busy {busy}");
+        }
+    }
+
     #[test]
     fn equal_requests_go_where_less_work_is_queued() {
         let mut v = view();
