@@ -176,8 +176,11 @@ impl Policy for Slice {
         Ok(())
     }
 
-    /// An op's home is free: every other holder finishes it no sooner (the same
-    /// prediction, after a transfer and its queue), so it stays home; `place` keeps no state.
+    /// An op whose home is free and whose input is at home stays home: every other
+    /// holder finishes it no sooner (the same prediction, after a transfer and its
+    /// queue). Only an op whose input already sits on a quiet lender may stay there,
+    /// which an iteration the fast path runs whole at home never has; `place` keeps no
+    /// state between calls.
     fn home_when_free(&self) -> bool {
         true
     }
