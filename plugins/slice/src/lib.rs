@@ -24,9 +24,9 @@ pub struct Slice {
     /// (a time-weighted moving average, sampled at every `route`).
     owner_busy: Vec<f64>,
     last_ns: u64,
-    /// Per group, the predicted ns of the ops of the current fan-out (one layer's
-    /// experts) this `place` call has put there so far: scratch, reset per fan-out.
-    placed_ns: Vec<u64>,
+    /// The ops of the current fan-out (one layer's experts) this `place` call has
+    /// placed so far, as (group, predicted ns): scratch, cleared per fan-out.
+    fan_out: Vec<(u32, u64)>,
 }
 
 impl Default for Slice {
@@ -37,7 +37,7 @@ impl Default for Slice {
             holders: Vec::new(),
             owner_busy: Vec::new(),
             last_ns: 0,
-            placed_ns: Vec::new(),
+            fan_out: Vec::new(),
         }
     }
 }
@@ -99,7 +99,6 @@ impl Policy for Slice {
         }
         self.candidates.clear();
         self.candidates.push(*home);
-        let quiet = |g: u32| view.groups[g as usize].iter().all(|&x| self.owner_busy[x as usize] < OWNER_BUSY_MAX);
         // A home whose oldest waiting request has already missed its TTFT target is
         // past what it can serve: any copy is better than a certain violation, so
         // every copy competes, as under `pooled`. Measured on the 20 mixes of
@@ -108,8 +107,12 @@ impl Policy for Slice {
         // never all away), gen-13 4.13x -> 4.54x; gen-02 1.66x -> 1.50x, gen-12 2.95x
         // -> 2.65x; median 1.35x -> 1.37x at 9%, 1.70x -> 1.82x at 1%.
         let behind = view.tenants.get(home.tenant as usize).is_some_and(|t| t.slack_ns < 0);
-        self.candidates
-            .extend(instances.iter().skip(1).filter(|i| behind || owner_away(view, i.group) && quiet(i.group)));
+        self.candidates.extend(
+            instances
+                .iter()
+                .skip(1)
+                .filter(|i| behind || owner_away(view, i.group) && quiet(&self.owner_busy, view, i.group)),
+        );
         if self.candidates.len() == 1 {
             return Ok(0);
         }
@@ -134,14 +137,12 @@ impl Policy for Slice {
         // requests violating to 4.55% (`dedicated` 1.66%; 3.32% when a free home keeps
         // every op, but that took the 300-s family's median at 9% from 1.75x to 1.60x;
         // this rule took it to 1.94x).
-        self.placed_ns.clear();
-        self.placed_ns.resize(view.groups.len(), 0);
         let mut fan_out = None;
         for (k, r) in ready.iter().enumerate() {
             let key = (r.instance, r.layer, r.kind);
             if fan_out != Some(key) {
                 fan_out = Some(key);
-                self.placed_ns.iter_mut().for_each(|x| *x = 0);
+                self.fan_out.clear();
             }
             let t = &view.tenants[r.tenant as usize];
             // Less slack, higher priority (ms resolution, clamped); decode-only steps,
@@ -149,7 +150,7 @@ impl Policy for Slice {
             let slack = (-(t.slack_ns / 1_000_000)).clamp(-1_000_000, 1_000_000) as i32;
             let priority = slack + if r.prefill_tokens == 0 { 2_000_000 } else { 0 };
             let home_free = view.group_free_at(r.home) <= view.now_ns;
-            let mut best = (finish(view, r, r.home, self.placed_ns[r.home as usize]), r.home);
+            let mut best = (finish(view, r, r.home, self.placed_on(r.home)), r.home);
             let holders = self.holders.get(r.tenant as usize).map_or(&[][..], Vec::as_slice);
             if r.kind != OpKind::Attention {
                 for &(group, first, end) in holders.iter().filter(|h| h.0 != r.home) {
@@ -157,10 +158,10 @@ impl Policy for Slice {
                         Some(l) => first <= l && l < end,
                         None => first == 0 && end == t.layers,
                     };
-                    if !holds || home_free && !self.quiet(view, group) {
+                    if !holds || home_free && !quiet(&self.owner_busy, view, group) {
                         continue;
                     }
-                    let f = finish(view, r, group, self.placed_ns[group as usize]);
+                    let f = finish(view, r, group, self.placed_on(group));
                     // Borrow only when it clearly wins, and never into a GPU whose
                     // owner needs it before the op would be done.
                     let owner_ok =
@@ -170,7 +171,7 @@ impl Policy for Slice {
                     }
                 }
             }
-            self.placed_ns[best.1 as usize] += r.predicted_ns;
+            self.fan_out.push((best.1, r.predicted_ns));
             out.push(Placement { op: k as u32, group: best.1, priority });
         }
         Ok(())
@@ -234,6 +235,12 @@ fn owner_away(view: &View, group: u32) -> bool {
     view.groups[group as usize].iter().all(|&g| view.gpus[g as usize].owner_need_ns > view.now_ns)
 }
 
+/// Whether the owners of `group`'s GPUs were busy under [`OWNER_BUSY_MAX`] of the last
+/// ~[`OWNER_WINDOW_NS`] (`owner_busy`, per GPU, as `Slice::observe` keeps it).
+fn quiet(owner_busy: &[f64], view: &View, group: u32) -> bool {
+    view.groups[group as usize].iter().all(|&x| owner_busy.get(x as usize).is_none_or(|&b| b < OWNER_BUSY_MAX))
+}
+
 /// When `r` would finish on `group`: its input's transfer, then the group's queue with
 /// `placed_ns` more than the view shows.
 fn finish(view: &View, r: &ReadyOp, group: u32, placed_ns: u64) -> u64 {
@@ -244,10 +251,9 @@ fn finish(view: &View, r: &ReadyOp, group: u32, placed_ns: u64) -> u64 {
 slicesched_plugin_sdk::export_policy!(Slice);
 
 impl Slice {
-    /// Whether the owners of `group`'s GPUs were busy under [`OWNER_BUSY_MAX`] of the
-    /// last ~[`OWNER_WINDOW_NS`].
-    fn quiet(&self, view: &View, group: u32) -> bool {
-        view.groups[group as usize].iter().all(|&x| self.owner_busy.get(x as usize).is_none_or(|&b| b < OWNER_BUSY_MAX))
+    /// Predicted ns the current fan-out has put on `group` (a few entries at most).
+    fn placed_on(&self, group: u32) -> u64 {
+        self.fan_out.iter().filter(|e| e.0 == group).map(|e| e.1).sum()
     }
 
     /// Folds the owners' activity since the last call into `owner_busy`.
@@ -307,34 +313,40 @@ mod tests {
         assert_eq!(least_loaded(&view(), &c), 0, "the copy has under an eighth of its KV free");
     }
 
-    /// Two experts of one layer, ready together; the home is busy for 0.5 ms and a
-    /// lender holding the layer is idle: one goes to the lender, the next counts it
-    /// there and finishes sooner at home (both on the lender would end at 1.2 ms,
-    /// against 1.1 ms at home).
-    #[test]
-    fn ops_ready_together_count_each_others_work() {
+    /// A one-layer tenant at home on group 0 with a copy on group 1, and one of its
+    /// 0.6-ms GEMMs whose 1 MiB input was produced on `input_group`.
+    fn lender_case(kind: OpKind, input_group: u32) -> (View, ReadyOp) {
         use slicesched_plugin_sdk::{Home, Link, Tenant};
         let mut v = view();
-        v.gpus[0].busy_until_ns = 500_000;
         v.tenants = vec![Tenant { home: 0, layers: 1, slack_ns: i64::MAX, tpot_target_ns: 50_000_000 }];
         let home = |group, is_home| Home { tenant: 0, group, first_layer: 0, end_layer: 1, is_home, serves: is_home };
         v.homes = vec![home(0, true), home(1, false)];
-        let link = Link { same_device: false, latency_ns: 1_000, bandwidth: 1e11 };
-        v.links = vec![link; 4];
+        v.links = vec![Link { same_device: false, latency_ns: 1_000, bandwidth: 1e11 }; 4];
         let op = ReadyOp {
             tenant: 0,
-            kind: OpKind::GateUpProj,
+            kind,
             layer: Some(0),
             predicted_ns: 600_000,
             home: 0,
             ready_ns: 10,
-            input_group: Some(0),
+            input_group: Some(input_group),
             input_bytes: 1 << 20,
             out_bytes: 1 << 20,
             instance: 0,
             prefill_tokens: 512,
             decodes: 0,
         };
+        (v, op)
+    }
+
+    /// Two experts of one layer, ready together; the home is busy for 0.5 ms and a
+    /// lender holding the layer is idle: one goes to the lender, the next counts it
+    /// there and finishes sooner at home (both on the lender would end at 1.2 ms,
+    /// against 1.1 ms at home).
+    #[test]
+    fn ops_ready_together_count_each_others_work() {
+        let (mut v, op) = lender_case(OpKind::GateUpProj, 0);
+        v.gpus[0].busy_until_ns = 500_000;
         let mut s = Slice::default();
         s.configure(&v).unwrap();
         let mut out = Vec::new();
@@ -351,26 +363,7 @@ mod tests {
     /// lender (no copy back) only while the lender's owner has been quiet.
     #[test]
     fn a_free_home_takes_a_chain_back_from_a_busy_owner() {
-        use slicesched_plugin_sdk::{Home, Link, Tenant};
-        let mut v = view();
-        v.tenants = vec![Tenant { home: 0, layers: 1, slack_ns: i64::MAX, tpot_target_ns: 50_000_000 }];
-        let home = |group, is_home| Home { tenant: 0, group, first_layer: 0, end_layer: 1, is_home, serves: is_home };
-        v.homes = vec![home(0, true), home(1, false)];
-        v.links = vec![Link { same_device: false, latency_ns: 1_000, bandwidth: 1e11 }; 4];
-        let op = ReadyOp {
-            tenant: 0,
-            kind: OpKind::DownProj,
-            layer: Some(0),
-            predicted_ns: 600_000,
-            home: 0,
-            ready_ns: 10,
-            input_group: Some(1),
-            input_bytes: 1 << 20,
-            out_bytes: 1 << 20,
-            instance: 0,
-            prefill_tokens: 512,
-            decodes: 0,
-        };
+        let (v, op) = lender_case(OpKind::DownProj, 1);
         let mut s = Slice::default();
         s.configure(&v).unwrap();
         let mut out = Vec::new();
