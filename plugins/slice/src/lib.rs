@@ -149,8 +149,9 @@ impl Policy for Slice {
             // short and what TPOT waits on, go before prefill chunks.
             let slack = (-(t.slack_ns / 1_000_000)).clamp(-1_000_000, 1_000_000) as i32;
             let priority = slack + if r.prefill_tokens == 0 { 2_000_000 } else { 0 };
-            let home_free = view.group_free_at(r.home) <= view.now_ns;
-            let mut best = (finish(view, r, r.home, self.placed_on(r.home)), r.home);
+            let home_at = view.group_free_at(r.home);
+            let home_free = home_at <= view.now_ns;
+            let mut best = (finish(view, r, r.home, home_at + self.placed_on(r.home)), r.home);
             let holders = self.holders.get(r.tenant as usize).map_or(&[][..], Vec::as_slice);
             if r.kind != OpKind::Attention {
                 for &(group, first, end) in holders.iter().filter(|h| h.0 != r.home) {
@@ -161,7 +162,7 @@ impl Policy for Slice {
                     if !holds || home_free && !quiet(&self.owner_busy, view, group) {
                         continue;
                     }
-                    let f = finish(view, r, group, self.placed_on(group));
+                    let f = finish(view, r, group, view.group_free_at(group) + self.placed_on(group));
                     // Borrow only when it clearly wins, and never into a GPU whose
                     // owner needs it before the op would be done.
                     let owner_ok =
@@ -241,11 +242,11 @@ fn quiet(owner_busy: &[f64], view: &View, group: u32) -> bool {
     view.groups[group as usize].iter().all(|&x| owner_busy.get(x as usize).is_none_or(|&b| b < OWNER_BUSY_MAX))
 }
 
-/// When `r` would finish on `group`: its input's transfer, then the group's queue with
-/// `placed_ns` more than the view shows.
-fn finish(view: &View, r: &ReadyOp, group: u32, placed_ns: u64) -> u64 {
+/// When `r` would finish on `group`, whose queue ends at `queue_end` (what the view
+/// shows plus what this fan-out put there): its input's transfer, then the queue.
+fn finish(view: &View, r: &ReadyOp, group: u32, queue_end: u64) -> u64 {
     let arrive = view.now_ns + r.input_group.map_or(0, |from| view.transfer_ns(from, group, r.input_bytes));
-    arrive.max(view.group_free_at(group) + placed_ns) + r.predicted_ns
+    arrive.max(queue_end) + r.predicted_ns
 }
 
 slicesched_plugin_sdk::export_policy!(Slice);
