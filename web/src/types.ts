@@ -70,7 +70,7 @@ export interface Summary {
   ttft_p50_ms: number; ttft_p90_ms: number; ttft_p99_ms: number;
   tpot_p50_ms: number; tpot_p90_ms: number; tpot_p99_ms: number;
   oom_events: number; op_events: number; gpu_busy_fraction: number;
-  scheduling?: { borrowed_ops: number; transfers: number; transfer_gb: number; decisions: number };
+  scheduling?: { borrowed_ops: number; recalled_ops?: number; transfers: number; transfer_gb: number; decisions: number };
   tenants: TenantStats[]; gpus: GpuStats[];
 }
 

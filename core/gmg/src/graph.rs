@@ -6,7 +6,8 @@ use petgraph::Direction;
 use serde::Serialize;
 use slicesched_model::{IterationDag, OpKind, Segment};
 
-/// Lifecycle of an op. Transitions only move forward.
+/// Lifecycle of an op. Transitions only move forward, except that a placement may be
+/// taken back before the op starts (Placed → Ready, see [`Gmg::unplace`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum OpState {
     /// Some input is not produced yet.
@@ -155,6 +156,15 @@ impl Gmg {
         debug_assert_eq!(n.state, OpState::Ready, "placing {op:?} in state {:?}", n.state);
         n.state = OpState::Placed;
         n.group = Some(group);
+    }
+
+    /// Placed → Ready: the placement is taken back before the op started (a borrowed op
+    /// recalled when its lender's owner needs the GPU), to be placed again.
+    pub fn unplace(&mut self, op: OpId) {
+        let n = &mut self.graph[ix(op)];
+        debug_assert_eq!(n.state, OpState::Placed, "recalling {op:?} in state {:?}", n.state);
+        n.state = OpState::Ready;
+        n.group = None;
     }
 
     /// Placed → Running at `now`.

@@ -39,8 +39,9 @@ impl GpuRt {
 }
 
 /// An op waiting: higher priority first, then the one queued first; its predicted
-/// duration rides along for the queued-work estimate.
-type Queued = (i32, Reverse<u64>, OpId, u64);
+/// duration rides along for the queued-work estimate, and whether it is borrowed (its
+/// home is another group: `Sim::recall_guests` may take it back).
+type Queued = (i32, Reverse<u64>, OpId, u64, bool);
 
 pub(crate) struct QueueRt {
     pub group: GroupId,
@@ -49,6 +50,8 @@ pub(crate) struct QueueRt {
     lanes: Vec<usize>,
     queue: BinaryHeap<Queued>,
     queued_ns: u64,
+    /// Borrowed ops in `queue`.
+    borrowed: u32,
     /// Queues sharing a lane on some GPU with this one, itself included.
     overlapping: Vec<usize>,
     /// Tenants whose home includes a GPU of this group: their ops go first here.
@@ -133,6 +136,7 @@ impl Devices {
                     lanes,
                     queue: BinaryHeap::new(),
                     queued_ns: 0,
+                    borrowed: 0,
                     overlapping: Vec::new(),
                     owners: owners(g),
                 });
@@ -174,11 +178,56 @@ impl Devices {
         self.idle(q) && self.queues[q].overlapping.iter().all(|&o| self.queues[o].queue.is_empty())
     }
 
-    pub fn enqueue(&mut self, q: usize, op: OpId, priority: i32, dur: u64) {
+    pub fn enqueue(&mut self, q: usize, op: OpId, priority: i32, dur: u64, borrowed: bool) {
         self.seq += 1;
         let qr = &mut self.queues[q];
-        qr.queue.push((priority, Reverse(self.seq), op, dur));
+        qr.queue.push((priority, Reverse(self.seq), op, dur, borrowed));
         qr.queued_ns += dur;
+        qr.borrowed += borrowed as u32;
+    }
+
+    /// The borrowed ops waiting in the queues overlapping `q` (its own included), as
+    /// (op, priority, duration), in the order they would start.
+    pub fn borrowed_waiting(&self, q: usize, out: &mut Vec<(OpId, i32, u64)>) {
+        let mut found: Vec<Queued> = Vec::new();
+        for &o in &self.queues[q].overlapping {
+            if self.queues[o].borrowed > 0 {
+                found.extend(self.queues[o].queue.iter().filter(|e| e.4));
+            }
+        }
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        out.extend(found.iter().map(|e| (e.2, e.0, e.3)));
+    }
+
+    /// Takes `ops` (borrowed, waiting) out of the queues overlapping `q`.
+    pub fn take(&mut self, q: usize, ops: &[OpId]) {
+        for i in 0..self.queues[q].overlapping.len() {
+            let o = self.queues[q].overlapping[i];
+            let qr = &mut self.queues[o];
+            if qr.borrowed == 0 {
+                continue;
+            }
+            let (mut n, mut ns) = (0, 0);
+            qr.queue.retain(|e| {
+                let go = e.4 && ops.contains(&e.2);
+                if go {
+                    n += 1;
+                    ns += e.3;
+                }
+                !go
+            });
+            qr.borrowed -= n;
+            qr.queued_ns -= ns;
+        }
+    }
+
+    /// When an op queued on `q` now could start at the earliest, were it first among
+    /// the owners' ops: its lanes' current ops end, and every op queued on a lane it
+    /// shares runs (an upper bound).
+    pub fn start_bound(&self, q: usize, now: u64) -> u64 {
+        let qr = &self.queues[q];
+        let free = qr.gpus.iter().map(|&g| if self.gpus[g].busy() { self.gpus[g].busy_until } else { now }).max();
+        free.unwrap_or(now).max(now) + qr.overlapping.iter().map(|&o| self.queues[o].queued_ns).sum::<u64>()
     }
 
     /// Pops the op that should start next on a queue overlapping `around`, if any such
@@ -195,8 +244,9 @@ impl Devices {
             }
         }
         let (_, q) = best?;
-        let (_, _, op, dur) = self.queues[q].queue.pop().expect("peeked");
+        let (_, _, op, dur, borrowed) = self.queues[q].queue.pop().expect("peeked");
         self.queues[q].queued_ns -= dur;
+        self.queues[q].borrowed -= borrowed as u32;
         Some((q, op, dur))
     }
 

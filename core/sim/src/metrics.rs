@@ -325,6 +325,9 @@ pub struct Scheduling {
     pub followed_ops: u64,
     /// Ops that ran away from their home group.
     pub borrowed_ops: u64,
+    /// Borrowed ops taken back home before they started, because their lender's owner
+    /// queued work there (not counted in `borrowed_ops`).
+    pub recalled_ops: u64,
     pub transfers: u64,
     pub transfer_gb: f64,
     /// Replicas the planner placed.

@@ -73,6 +73,10 @@ pub(crate) struct PlaceStats {
     pub op_prio: Vec<i32>,
     /// Ops the core placed with their producer (no policy call).
     pub followed: u64,
+    /// Borrowed ops taken back before they started, because their lender's owner came
+    /// back (`Sim::recall_guests`), and the scratch list of them.
+    pub recalled: u64,
+    pub recall_buf: Vec<(OpId, i32, u64)>,
 }
 
 impl PlaceStats {
@@ -486,14 +490,98 @@ impl Sim<'_> {
     }
 
     pub(crate) fn enqueue(&mut self, op: OpId, group: GroupId, prio: i32, dur: u64) {
-        let q = self.dev.queue_of(group, self.gmg.op(op).tenant);
+        let tenant = self.gmg.op(op).tenant;
+        let q = self.dev.queue_of(group, tenant);
         // The common case on a container's own GPUs: nothing to order, start now.
         if self.dev.can_start_now(q) {
             self.start_op(q, op, dur);
             return;
         }
-        self.dev.enqueue(q, op, prio, dur);
+        if self.opts.recall_guests && self.dev.queues[q].owners.contains(&tenant) {
+            self.recall_guests(q, op);
+        }
+        let borrowed = group != self.insts[self.iter_of(op).inst as usize].group;
+        self.dev.enqueue(q, op, prio, dur, borrowed);
         self.try_start(q);
+    }
+
+    /// An owner's op (`owner_op`) waits on queue `q`: a borrowed op waiting on the
+    /// same GPUs goes back to its home when it would be done there sooner. The owner's
+    /// ops go first at every op boundary, so a borrowed op queued there waits out the
+    /// rest of the owner's iteration (a layer of experts then waits for its slowest
+    /// one, every layer), though the check that let it borrow had predicted it done
+    /// before the owner came back. At home it is the owner's op. Its copy to the
+    /// lender is lost time; the lender's guest memory held for it is released.
+    fn recall_guests(&mut self, q: usize, owner_op: OpId) {
+        let mut waiting = std::mem::take(&mut self.stats.recall_buf);
+        waiting.clear();
+        self.dev.borrowed_waiting(q, &mut waiting);
+        if waiting.is_empty() {
+            self.stats.recall_buf = waiting;
+            return;
+        }
+        // The owner's iteration ahead of them, op by op: what the lender still owes it.
+        let info = self.gmg.iteration(self.gmg.op(owner_op).iter);
+        let owed: u64 = info
+            .ops
+            .iter()
+            .map(|&o| self.gmg.op(o))
+            .filter(|n| n.state != OpState::Done && n.state != OpState::Running)
+            .map(|n| n.predicted_ns)
+            .sum();
+        // The bound counts the borrowed ops themselves among the queued work: each is
+        // added back in its turn below.
+        let theirs: u64 = waiting.iter().map(|w| w.2).sum();
+        let mut lender_free = self.dev.start_bound(q, self.now).saturating_sub(theirs).max(self.now) + owed;
+        waiting.retain(|&(op, _, dur)| {
+            let at_lender = lender_free + dur;
+            lender_free = at_lender;
+            let home = self.insts[self.iter_of(op).inst as usize].group;
+            let c = self.costs(op, home);
+            let hq = self.dev.queue_of(home, self.gmg.op(op).tenant);
+            let at_home = self.dev.start_bound(hq, self.now).max(self.now + c.xfer_ns) + c.dur;
+            at_home < at_lender
+        });
+        let ops: Vec<OpId> = waiting.iter().map(|w| w.0).collect();
+        self.dev.take(q, &ops);
+        for &op in &ops {
+            let n = self.gmg.op(op);
+            let (tenant, group, out_bytes) = (n.tenant, n.group.expect("a queued op is placed"), n.out_bytes);
+            let slot = op.raw() as usize;
+            let copied = std::mem::take(&mut self.stats.op_guest[slot]);
+            for g in &self.scn.deployment.group(group).gpus {
+                self.stats.guest_bytes[g.0 as usize] -= out_bytes + copied;
+            }
+            self.copy_op(tenant, group, false);
+            if let Some(tl) = self.timeline.as_mut().map(std::cell::RefCell::get_mut) {
+                tl.withdraw(slicesched_whatif::OpKey(self.op_keys[slot])).expect("a queued op is in the timeline");
+            }
+            self.gmg.unplace(op);
+            self.stats.borrowed -= 1;
+            self.stats.recalled += 1;
+            let it = self.iter_of(op);
+            let home = self.insts[it.inst as usize].group;
+            let n = self.gmg.op(op);
+            let r = ReadyOp {
+                op,
+                tenant,
+                kind: n.kind,
+                layer: n.layer,
+                predicted_ns: n.predicted_ns,
+                home,
+                ready_ns: n.ready_ns,
+                input_group: None,
+                input_bytes: 0,
+                out_bytes,
+                instance: it.inst,
+                prefill_tokens: 0,
+                decodes: 0,
+            };
+            let c = self.costs(op, home);
+            let prio = self.stats.op_prio[slot];
+            self.commit(&r, home, prio, c);
+        }
+        self.stats.recall_buf = waiting;
     }
 
     pub(crate) fn try_start(&mut self, around: usize) {

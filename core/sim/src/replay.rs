@@ -60,6 +60,10 @@ pub struct ReplayOptions {
     /// uses its GPUs: its serving copy there holds requests, or its borrowed ops are
     /// there (`crate::pace`). Off: back to back, as an engine alone runs them.
     pub decode_pacing: bool,
+    /// An op borrowed onto a GPU that has not started goes back home when the GPU's
+    /// owner queues work there and home would finish it sooner (`Sim::recall_guests`).
+    /// Off: it waits behind the owner.
+    pub recall_guests: bool,
 }
 
 impl Default for ReplayOptions {
@@ -80,6 +84,7 @@ impl Default for ReplayOptions {
             kv_migration: crate::KvMigration::Off,
             replan: crate::Replan::Static,
             decode_pacing: true,
+            recall_guests: true,
         }
     }
 }

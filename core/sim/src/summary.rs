@@ -174,6 +174,7 @@ impl Sim<'_> {
                 placements: self.stats.placed,
                 followed_ops: self.stats.followed,
                 borrowed_ops: self.stats.borrowed,
+                recalled_ops: self.stats.recalled,
                 transfers: self.stats.transfers,
                 transfer_gb: self.stats.transfer_bytes as f64 / 1e9,
                 replicas: self

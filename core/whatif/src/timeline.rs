@@ -353,6 +353,51 @@ impl Timeline {
         Ok(())
     }
 
+    /// Reality: an op that had not started was taken back (its placement withdrawn, to
+    /// be committed again elsewhere under a new key). Ops that depended on it no longer
+    /// wait for it.
+    pub fn withdraw(&mut self, key: OpKey) -> Result<(), TimelineError> {
+        let x = self.slot(key)?;
+        match self.nodes[x].state {
+            State::Queued => {}
+            State::Started => return Err(TimelineError::AlreadyStarted(key)),
+            State::Finished => return Err(TimelineError::AlreadyFinished(key)),
+        }
+        for i in 0..self.nodes[x].gpus.len() {
+            let g = self.nodes[x].gpus[i] as usize;
+            let p = self.position(g, x as u32);
+            self.order[g].remove(p);
+        }
+        let dependents = std::mem::take(&mut self.nodes[x].dependents);
+        for &y in &dependents {
+            for d in self.nodes[y as usize].deps.iter_mut() {
+                if d.0 == x as u32 {
+                    d.0 = NONE;
+                }
+            }
+        }
+        let deps = std::mem::take(&mut self.nodes[x].deps);
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        for &(d, _) in &deps {
+            if d != NONE {
+                self.nodes[d as usize].dependents.retain(|y| *y != x as u32);
+                stack.push(d);
+            }
+        }
+        // A finished producer kept only for this op may go now.
+        while let Some(y) = stack.pop() {
+            self.collect(y as usize, &mut stack);
+        }
+        self.stack = stack;
+        self.index.remove(&key);
+        self.nodes[x].live = false;
+        self.free.push(x as u32);
+        self.len -= 1;
+        self.stale = true;
+        Ok(())
+    }
+
     /// Drops a finished op none of whose dependents is unfinished; queues its deps to retry.
     fn collect(&mut self, x: usize, stack: &mut Vec<u32>) {
         let n = &self.nodes[x];

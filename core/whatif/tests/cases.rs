@@ -147,3 +147,30 @@ fn bad_input_is_refused() {
     assert_eq!(t.what_if(&two, &mut w), Err(TimelineError::DuplicateKey(OpKey(1))));
     assert!(Timeline::new(2, vec![0], vec![0, 0]).is_err());
 }
+
+#[test]
+fn a_withdrawn_op_gives_its_place_back() {
+    let mut t = tl(2);
+    t.commit(op(1, &[0], 10, 0, 0, 0)).unwrap();
+    t.started(OpKey(1), 0).unwrap();
+    // A guest's op queued ahead of the owner's (higher priority), on both GPUs.
+    assert_eq!(t.commit(op(2, &[0, 1], 30, 5, 1, 0)).unwrap(), (10, 40));
+    assert_eq!(t.commit(op(3, &[0], 20, 0, 0, 0)).unwrap(), (40, 60));
+    // It depends on op 1, which finishes; op 1 is kept while op 2 waits for it.
+    let mut dep = op(4, &[1], 5, 0, 1, 0);
+    dep.deps = smallvec![(OpKey(2), 0)];
+    t.commit(dep).unwrap();
+    t.withdraw(OpKey(2)).unwrap();
+    t.refresh();
+    // The owner's op moves up; the dependent no longer waits; the key is gone.
+    assert_eq!(t.predicted(OpKey(3)), Some((10, 30)));
+    assert_eq!(t.predicted(OpKey(4)), Some((0, 5)));
+    assert_eq!(t.predicted(OpKey(2)), None);
+    assert_eq!(t.len(), 3);
+    assert!(matches!(t.withdraw(OpKey(2)), Err(TimelineError::UnknownKey(_))));
+    assert!(matches!(t.withdraw(OpKey(1)), Err(TimelineError::AlreadyStarted(_))));
+    // What it asks now matches a full resimulation without the withdrawn op.
+    ask(&t, &[op(9, &[1], 7, 0, 2, 0)]);
+    // The key may be committed again.
+    t.commit(op(2, &[1], 30, 0, 1, 0)).unwrap();
+}

@@ -86,6 +86,7 @@ export function schedulingPanel(run: Run, s: Summary): HTMLElement {
     h('summary', null, 'Sampled decisions'), body, pager);
   return h('div', null,
     sc ? h('p', null, `${num(sc.decisions)} policy calls, ${num(s.op_events)} operator events; `,
-      `${num(sc.borrowed_ops)} operators ran in another tenant's idle slice, with ${num(sc.transfers)} activation transfers (${num(sc.transfer_gb)} GB).`) : null,
+      `${num(sc.borrowed_ops)} operators ran in another tenant's idle slice, with ${num(sc.transfers)} activation transfers (${num(sc.transfer_gb)} GB)`,
+      sc.recalled_ops ? `; ${num(sc.recalled_ops)} more were placed there but sent back home before they started, when that GPU's owner came back.` : '.') : null,
     details);
 }
