@@ -221,9 +221,8 @@ impl Devices {
         }
     }
 
-    /// When an op queued on `q` now could start at the earliest, were it first among
-    /// the owners' ops: its lanes' current ops end, and every op queued on a lane it
-    /// shares runs (an upper bound).
+    /// When an op queued on `q` now starts at the latest, whatever its priority: once
+    /// its lanes' current ops end and every op queued on a lane it shares has run.
     pub fn start_bound(&self, q: usize, now: u64) -> u64 {
         let qr = &self.queues[q];
         let free = qr.gpus.iter().map(|&g| if self.gpus[g].busy() { self.gpus[g].busy_until } else { now }).max();
