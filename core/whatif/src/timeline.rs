@@ -368,32 +368,14 @@ impl Timeline {
             let p = self.position(g, x as u32);
             self.order[g].remove(p);
         }
-        let dependents = std::mem::take(&mut self.nodes[x].dependents);
-        for &y in &dependents {
-            for d in self.nodes[y as usize].deps.iter_mut() {
-                if d.0 == x as u32 {
-                    d.0 = NONE;
-                }
-            }
-        }
-        let deps = std::mem::take(&mut self.nodes[x].deps);
         let mut stack = std::mem::take(&mut self.stack);
         stack.clear();
-        for &(d, _) in &deps {
-            if d != NONE {
-                self.nodes[d as usize].dependents.retain(|y| *y != x as u32);
-                stack.push(d);
-            }
-        }
+        self.release(x, &mut stack);
         // A finished producer kept only for this op may go now.
         while let Some(y) = stack.pop() {
             self.collect(y as usize, &mut stack);
         }
         self.stack = stack;
-        self.index.remove(&key);
-        self.nodes[x].live = false;
-        self.free.push(x as u32);
-        self.len -= 1;
         self.stale = true;
         Ok(())
     }
@@ -407,8 +389,20 @@ impl Timeline {
         if n.dependents.iter().any(|&y| self.nodes[y as usize].state != State::Finished) {
             return;
         }
-        let n = std::mem::replace(&mut self.nodes[x].dependents, SmallVec::new());
-        for &y in &n {
+        for i in 0..self.nodes[x].gpus.len() {
+            let g = self.nodes[x].gpus[i] as usize;
+            let p = self.done[g].iter().position(|&y| y as usize == x).expect("finished op listed");
+            self.done[g].swap_remove(p);
+        }
+        self.release(x, stack);
+    }
+
+    /// Frees op `x`'s slot (it is out of every GPU's order already): ops that depended on
+    /// it stop waiting for it, the ops it depended on go to `stack` (one may be
+    /// collectable now), and its key is forgotten.
+    fn release(&mut self, x: usize, stack: &mut Vec<u32>) {
+        let dependents = std::mem::take(&mut self.nodes[x].dependents);
+        for &y in &dependents {
             for d in self.nodes[y as usize].deps.iter_mut() {
                 if d.0 == x as u32 {
                     d.0 = NONE;
@@ -421,11 +415,6 @@ impl Timeline {
                 self.nodes[d as usize].dependents.retain(|y| *y != x as u32);
                 stack.push(d);
             }
-        }
-        for i in 0..self.nodes[x].gpus.len() {
-            let g = self.nodes[x].gpus[i] as usize;
-            let p = self.done[g].iter().position(|&y| y as usize == x).expect("finished op listed");
-            self.done[g].swap_remove(p);
         }
         let key = self.nodes[x].key;
         self.index.remove(&key);
