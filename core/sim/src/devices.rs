@@ -199,8 +199,9 @@ impl Devices {
         out.extend(found.iter().map(|e| (e.2, e.0, e.3)));
     }
 
-    /// Takes `ops` (borrowed, waiting) out of the queues overlapping `q`.
-    pub fn take(&mut self, q: usize, ops: &[OpId]) {
+    /// Takes `ops` (borrowed, waiting, as [`Devices::borrowed_waiting`] lists them) out
+    /// of the queues overlapping `q`.
+    pub fn take(&mut self, q: usize, ops: &[(OpId, i32, u64)]) {
         for i in 0..self.queues[q].overlapping.len() {
             let o = self.queues[q].overlapping[i];
             let qr = &mut self.queues[o];
@@ -209,7 +210,7 @@ impl Devices {
             }
             let (mut n, mut ns) = (0, 0);
             qr.queue.retain(|e| {
-                let go = e.4 && ops.contains(&e.2);
+                let go = e.4 && ops.iter().any(|o| o.0 == e.2);
                 if go {
                     n += 1;
                     ns += e.3;

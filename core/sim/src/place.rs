@@ -167,33 +167,7 @@ impl Sim<'_> {
         self.ready_view.clear();
         self.followers.clear();
         for &op in ready {
-            let n = self.gmg.op(op);
-            let (mut input_group, mut input_bytes) = (None, 0);
-            for p in self.gmg.inputs(op) {
-                let pn = self.gmg.op(p);
-                if pn.out_bytes >= input_bytes {
-                    input_bytes = pn.out_bytes;
-                    input_group = pn.group;
-                }
-            }
-            let it = self.iter_of(op);
-            let b = self.insts[it.inst as usize].engine.batch(it.batch);
-            let (prefill_tokens, decodes) = (b.prefills.iter().map(|p| p.chunk).sum(), b.decodes.len() as u32);
-            let r = ReadyOp {
-                op,
-                tenant: n.tenant,
-                kind: n.kind,
-                layer: n.layer,
-                predicted_ns: n.predicted_ns,
-                home: self.insts[it.inst as usize].group,
-                ready_ns: n.ready_ns,
-                input_group,
-                input_bytes,
-                out_bytes: n.out_bytes,
-                instance: it.inst,
-                prefill_tokens,
-                decodes,
-            };
+            let r = self.ready_op(op);
             if self.opts.follow_producer && r.kind.follows_producer() && producer.is_some() {
                 self.followers.push(r);
             } else {
@@ -272,6 +246,36 @@ impl Sim<'_> {
                 borrowed: (self.stats.borrowed - borrowed0) as u32,
                 rejected: (self.rec.rejected_total - rejected0) as u32,
             });
+        }
+    }
+
+    /// What the policy is shown of a ready op.
+    fn ready_op(&self, op: OpId) -> ReadyOp {
+        let n = self.gmg.op(op);
+        let (mut input_group, mut input_bytes) = (None, 0);
+        for p in self.gmg.inputs(op) {
+            let pn = self.gmg.op(p);
+            if pn.out_bytes >= input_bytes {
+                input_bytes = pn.out_bytes;
+                input_group = pn.group;
+            }
+        }
+        let it = self.iter_of(op);
+        let b = self.insts[it.inst as usize].engine.batch(it.batch);
+        ReadyOp {
+            op,
+            tenant: n.tenant,
+            kind: n.kind,
+            layer: n.layer,
+            predicted_ns: n.predicted_ns,
+            home: self.insts[it.inst as usize].group,
+            ready_ns: n.ready_ns,
+            input_group,
+            input_bytes,
+            out_bytes: n.out_bytes,
+            instance: it.inst,
+            prefill_tokens: b.prefills.iter().map(|p| p.chunk).sum(),
+            decodes: b.decodes.len() as u32,
         }
     }
 
@@ -542,9 +546,8 @@ impl Sim<'_> {
             let at_home = self.dev.start_bound(hq, self.now).max(self.now + c.xfer_ns) + c.dur;
             at_home < at_lender
         });
-        let ops: Vec<OpId> = waiting.iter().map(|w| w.0).collect();
-        self.dev.take(q, &ops);
-        for &op in &ops {
+        self.dev.take(q, &waiting);
+        for &(op, _, _) in &waiting {
             let n = self.gmg.op(op);
             let (tenant, group, out_bytes) = (n.tenant, n.group.expect("a queued op is placed"), n.out_bytes);
             let slot = op.raw() as usize;
@@ -559,27 +562,9 @@ impl Sim<'_> {
             self.gmg.unplace(op);
             self.stats.borrowed -= 1;
             self.stats.recalled += 1;
-            let it = self.iter_of(op);
-            let home = self.insts[it.inst as usize].group;
-            let n = self.gmg.op(op);
-            let r = ReadyOp {
-                op,
-                tenant,
-                kind: n.kind,
-                layer: n.layer,
-                predicted_ns: n.predicted_ns,
-                home,
-                ready_ns: n.ready_ns,
-                input_group: None,
-                input_bytes: 0,
-                out_bytes,
-                instance: it.inst,
-                prefill_tokens: 0,
-                decodes: 0,
-            };
-            let c = self.costs(op, home);
-            let prio = self.stats.op_prio[slot];
-            self.commit(&r, home, prio, c);
+            let r = self.ready_op(op);
+            let c = self.costs(op, r.home);
+            self.commit(&r, r.home, self.stats.op_prio[slot], c);
         }
         self.stats.recall_buf = waiting;
     }
