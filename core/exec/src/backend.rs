@@ -149,9 +149,10 @@ pub struct Timing {
     /// When the stream reached it, after its waits (as a CUDA start event reads).
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Time the device spent on the work. The CPU backend reads its stream thread's CPU
-    /// time, so a core taken away by another process on the host (a GPU kernel is never
-    /// descheduled) is not counted; a GPU backend reports `end − start`.
+    /// Time the device spent on the work. The CPU backend takes the smaller of the wall
+    /// span and its stream thread's CPU time (read around it): the wall span where the
+    /// thread kept its core, the CPU time where another process on the host took it
+    /// away (a GPU kernel is never descheduled); a GPU backend reports `end − start`.
     pub busy_ns: u64,
 }
 
