@@ -36,6 +36,10 @@ pub struct Args {
     /// Timed repetitions per point.
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Untimed runs of a decode-sized point (at most 64 tokens) just before each timed
+    /// one, so it is timed with the model's weights as a serving loop leaves them.
+    #[arg(long, default_value_t = 3)]
+    warm_runs: u32,
     /// Fewer points (token counts to 256, short KV), for a first look.
     #[arg(long)]
     quick: bool,
@@ -117,7 +121,7 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     let devices: Vec<DeviceId> = (first..first + a.tp).map(DeviceId).collect();
-    let mut opts = ProfileOptions { reps: a.reps.max(1), ..ProfileOptions::default() };
+    let mut opts = ProfileOptions { reps: a.reps.max(1), warm_runs: a.warm_runs, ..ProfileOptions::default() };
 
     if a.quick {
         opts.tokens.retain(|&t| t <= 256);

@@ -32,9 +32,17 @@ pub struct ProfileOptions {
     pub prefills: Vec<(u32, u32)>,
     /// Decodes as (batch, KV length of each).
     pub decodes: Vec<(u32, u32)>,
-    /// Timed repetitions per point (after one warm-up).
+    /// Timed repetitions per point (after one warm-up pass).
     pub reps: usize,
+    /// Untimed runs of a point just before each of its timed ones, for points of at most
+    /// [`WARM_MAX_TOKENS`] tokens (decode-sized): see `profile`.
+    pub warm_runs: u32,
 }
+
+/// The largest point (tokens, or decodes of a batch) `ProfileOptions::warm_runs` applies
+/// to: past it the op is compute-bound and warm runs changed nothing measurable (`tiny-2l`,
+/// 128–1,024 tokens, within the host's noise) while tripling the profile's time.
+pub const WARM_MAX_TOKENS: u32 = 64;
 
 impl Default for ProfileOptions {
     fn default() -> Self {
@@ -57,7 +65,7 @@ impl Default for ProfileOptions {
                 decodes.push((b, kv));
             }
         }
-        Self { tokens, prefills, decodes, reps: 5 }
+        Self { tokens, prefills, decodes, reps: 5, warm_runs: 3 }
     }
 }
 
@@ -221,12 +229,22 @@ pub fn profile(
     // Every point once per pass, a warm-up pass first: a slow spell of a shared host
     // then costs one repetition of many points, which the median drops, instead of
     // every repetition of a few (three back-to-back profiles of tiny-2l here put its
-    // QKV at 32 tokens at 94, 104 and 170 µs).
+    // QKV at 32 tokens at 94, 104 and 170 µs). But a decode-sized point timed once
+    // after a whole pass of other points finds the model's weights gone from the caches,
+    // which a serving loop, running that model step after step, never does: tiny-2l's
+    // one-token GEMMs came out 1.5-2x what `run` measured (QKV 18-25 µs against 12), so
+    // each such point runs `warm_runs` times untimed just before it is timed (QKV 10-11
+    // µs with three or eight; one was not enough: 17).
     let batches: Vec<ExecBatch> = points.iter().map(|&p| ExecBatch { seqs: seqs_of(p) }).collect();
     let mut timings: Vec<Vec<Vec<OpTiming>>> = points.iter().map(|_| Vec::new()).collect();
     for pass in 0..=opts.reps {
         for (i, &p) in points.iter().enumerate() {
             progress(pass * total + i, steps, &format!("pass {pass}/{}: {}", opts.reps, p.what()));
+            if pass > 0 && p.tokens() <= WARM_MAX_TOKENS {
+                for _ in 0..opts.warm_runs {
+                    run(&mut r, &batches[i])?;
+                }
+            }
             let ops = run(&mut r, &batches[i])?;
             if pass > 0 {
                 timings[i].push(ops);
@@ -275,6 +293,12 @@ enum Point {
 }
 
 impl Point {
+    fn tokens(self) -> u32 {
+        match self {
+            Point::Mlp(n) | Point::Prefill(n, _) | Point::Decode(n, _) => n,
+        }
+    }
+
     fn what(self) -> String {
         match self {
             Point::Mlp(n) => format!("mlp ops at {n} tokens"),
