@@ -74,9 +74,10 @@ pub(crate) struct PlaceStats {
     /// Ops the core placed with their producer (no policy call).
     pub followed: u64,
     /// Borrowed ops taken back before they started, because their lender's owner came
-    /// back (`Sim::recall_guests`), and the scratch list of them.
+    /// back (`Sim::recall_guests`), and the scratch lists of them and of their costs at home.
     pub recalled: u64,
     pub recall_buf: Vec<(OpId, i32, u64)>,
+    pub(crate) recall_costs: Vec<Costs>,
 }
 
 impl PlaceStats {
@@ -537,6 +538,10 @@ impl Sim<'_> {
         // added back in its turn below.
         let theirs: u64 = waiting.iter().map(|w| w.2).sum();
         let mut lender_free = self.dev.start_bound(q, self.now).saturating_sub(theirs).max(self.now) + owed;
+        // The costs at home are kept for the commit: a waiting op's inputs are done, so
+        // recalling the others changes none of them.
+        let mut home_costs = std::mem::take(&mut self.stats.recall_costs);
+        home_costs.clear();
         waiting.retain(|&(op, _, dur)| {
             let at_lender = lender_free + dur;
             lender_free = at_lender;
@@ -544,10 +549,14 @@ impl Sim<'_> {
             let c = self.costs(op, home);
             let hq = self.dev.queue_of(home, self.gmg.op(op).tenant);
             let at_home = self.dev.start_bound(hq, self.now).max(self.now + c.xfer_ns) + c.dur;
-            at_home < at_lender
+            let recall = at_home < at_lender;
+            if recall {
+                home_costs.push(c);
+            }
+            recall
         });
         self.dev.take(q, &waiting);
-        for &(op, _, _) in &waiting {
+        for (&(op, _, _), &c) in waiting.iter().zip(&home_costs) {
             let n = self.gmg.op(op);
             let (tenant, group, out_bytes) = (n.tenant, n.group.expect("a queued op is placed"), n.out_bytes);
             let slot = op.raw() as usize;
@@ -563,10 +572,10 @@ impl Sim<'_> {
             self.stats.borrowed -= 1;
             self.stats.recalled += 1;
             let r = self.ready_op(op);
-            let c = self.costs(op, r.home);
             self.commit(&r, r.home, self.stats.op_prio[slot], c);
         }
         self.stats.recall_buf = waiting;
+        self.stats.recall_costs = home_costs;
     }
 
     pub(crate) fn try_start(&mut self, around: usize) {
