@@ -49,6 +49,9 @@ impl Default for Slice {
 const OWNER_WINDOW_NS: u64 = 1_000_000_000;
 const OWNER_BUSY_MAX: f64 = 0.5;
 
+/// Requests waiting at a tenant's home from which every copy takes new requests.
+const HOME_BACKLOG: u32 = 2;
+
 /// How far ahead a GPU's owner must have nothing to do for its GPU to count as spare.
 const SPARE_HORIZON_NS: u64 = 20_000_000;
 
@@ -107,11 +110,21 @@ impl Policy for Slice {
         // never all away), gen-13 4.13x -> 4.54x; gen-02 1.66x -> 1.50x, gen-12 2.95x
         // -> 2.65x; median 1.35x -> 1.37x at 9%, 1.70x -> 1.82x at 1%.
         let behind = view.tenants.get(home.tenant as usize).is_some_and(|t| t.slack_ns < 0);
+        // A backlog at home opens every copy too, before anyone is late: a new request
+        // there would queue behind `HOME_BACKLOG` or more prefills. Measured at the rate
+        // scales of `pooled`'s 1% and 9% answers on the 20 mixes of scenarios/family
+        // (39 replays of 300 s; README, "`slice` at `pooled`'s own operating points"):
+        // targets met 9/19 and 10/20 (mean 1.23% and 10.84%) without the rule, 12/19 and
+        // 13/20 (1.20%, 8.69%) with it; moe-3t at rate scale 1 (180 s) 3.11% -> 2.38%.
+        // Every copy competing always (no owner gate at all) gave 11/19 and 11/20 (1.19%,
+        // 9.36%) and moe-3t 7.23%: the Mixtral tenant's requests on copies whose owners
+        // come back with prefill bursts (above).
+        let backlog = home.waiting >= HOME_BACKLOG;
         self.candidates.extend(
             instances
                 .iter()
                 .skip(1)
-                .filter(|i| behind || owner_away(view, i.group) && quiet(&self.owner_busy, view, i.group)),
+                .filter(|i| behind || backlog || owner_away(view, i.group) && quiet(&self.owner_busy, view, i.group)),
         );
         if self.candidates.len() == 1 {
             return Ok(0);
@@ -207,14 +220,18 @@ impl Policy for Slice {
 /// The instance a new request waits least on: the fewest requests in hand, then the
 /// least work queued on its GPUs; one nearly out of KV goes last. Home and copies run
 /// the tenant's model in the same tensor-parallel layout, so a request costs each the
-/// same. The SDK's `View::least_loaded` (what `pooled` routes by) counts requests per KV
-/// block, which sends a burst home whenever the home's cache is the larger: on gen-10 of
-/// scenarios/family (rate scale 0.7, 300 s) the weight-only copies the planner adds for
-/// `slice` shrink the code tenant's serving copies' KV to a third, and that tenant went
-/// from 3.8% of requests violating (`pooled`) to 15.9% (13.5% now). Measured on 12 mixes of
-/// the family at their 9% rate scales: 8 better (gen-09 9.61 -> 7.95%, gen-10 10.13 -> 8.77,
-/// gen-11 9.26 -> 7.75, gen-14 7.89 -> 5.50), 4 worse (gen-01 5.77 -> 7.10, gen-12 8.10 ->
-/// 9.00, gen-15 7.28 -> 7.70, gen-16 10.92 -> 11.08).
+/// same. The SDK's `View::least_loaded` (what `pooled` routes by) counts requests per
+/// KV block, which sends a burst home whenever the home's cache is the larger: on gen-10
+/// of scenarios/family (rate scale 0.7, 300 s) the weight-only copies the planner adds
+/// for `slice` shrink the code tenant's serving copies' KV to a third, and that tenant
+/// went from 3.8% of requests violating (`pooled`) to 15.9% (13.5% now). Measured on 12
+/// mixes of the family at their 9% rate scales: 8 better (gen-09 9.61 -> 7.95%, gen-10
+/// 10.13 -> 8.77, gen-11 9.26 -> 7.75, gen-14 7.89 -> 5.50), 4 worse (gen-01 5.77 ->
+/// 7.10, gen-12 8.10 -> 9.00, gen-15 7.28 -> 7.70, gen-16 10.92 -> 11.08).
+/// Ordering by requests waiting, then by when the GPUs free up, then by requests running
+/// was tried with the backlog rule of `route`: at `pooled`'s operating points of the
+/// family 11/19 and 12/20 targets met (mean 0.94% and 8.83%) against 12/19 and 13/20
+/// (1.20%, 8.69%) this way.
 fn least_loaded(view: &View, candidates: &[Instance]) -> usize {
     let load = |i: &Instance| {
         let kv_short = i.kv_free_blocks * 8 < i.kv_total_blocks;
@@ -374,6 +391,24 @@ mod tests {
             s.place(&v, &[op], &mut out).unwrap();
             assert_eq!(out[0].group, group, "lender's owner busy {busy}");
         }
+    }
+
+    /// A copy on a GPU whose owner has work now takes no request while the home keeps
+    /// up, and does once `HOME_BACKLOG` requests wait there.
+    #[test]
+    fn a_backlog_at_home_opens_copies_on_busy_owners() {
+        let mut v = view();
+        v.gpus[1].owner_need_ns = v.now_ns;
+        let mut s = Slice::default();
+        let (mut home, copy) = (inst(0, 0, 1, 900, 1_000), inst(1, 1, 0, 900, 1_000));
+        home.waiting = HOME_BACKLOG - 1;
+        assert_eq!(s.route(&v, &[home, copy]).unwrap(), 0);
+        home.waiting = HOME_BACKLOG;
+        assert_eq!(s.route(&v, &[home, copy]).unwrap(), 1);
+        // With the owner away (and quiet), the copy competes whatever the backlog.
+        v.gpus[1].owner_need_ns = u64::MAX;
+        home.waiting = 0;
+        assert_eq!(Slice::default().route(&v, &[home, copy]).unwrap(), 1);
     }
 
     #[test]
