@@ -119,12 +119,12 @@ impl Policy for Slice {
         // Every copy competing always (no owner gate at all) gave 11/19 and 11/20 (1.19%,
         // 9.36%) and moe-3t 7.23%: the Mixtral tenant's requests on copies whose owners
         // come back with prefill bursts (above).
-        let backlog = home.waiting >= HOME_BACKLOG;
+        let every_copy = behind || home.waiting >= HOME_BACKLOG;
         self.candidates.extend(
             instances
                 .iter()
                 .skip(1)
-                .filter(|i| behind || backlog || owner_away(view, i.group) && quiet(&self.owner_busy, view, i.group)),
+                .filter(|i| every_copy || owner_away(view, i.group) && quiet(&self.owner_busy, view, i.group)),
         );
         if self.candidates.len() == 1 {
             return Ok(0);
