@@ -3,7 +3,8 @@
 # usage: FAMILY_JSON=out/family/family.json [BIN=./target/release/slicesched] [OUT=out/fp]
 #        [SUFFIX=...] docs/experiments/slice-at-pooled-points.sh GATE
 # GATE selects a variant of docs/experiments/slice-routing-variants.patch (SLX_GATE);
-# SLX_REPL / SLX_NOMB pass through from the environment. Run from the repository root.
+# SLX_REPL / SLX_NOMB / SLX_NOBACKLOG / SLX_COUNT pass through from the environment. Run
+# from the repository root.
 set -euo pipefail
 G=$1; B=${BIN:-./target/release/slicesched}; OUT=${OUT:-out/fp}/g$G${SUFFIX:-}; mkdir -p "$OUT"
 FAMILY_JSON=${FAMILY_JSON:?the family sweep\'s family.json} python3 - > "$OUT/jobs.txt" <<'PY'

@@ -136,11 +136,12 @@ impl Policy for Slice {
         // requests (`least_loaded`) keeps a burst off a home whose KV is merely larger.
         // At `pooled`'s 1% and 9% operating points of the 20 mixes of scenarios/family
         // (39 replays of 300 s): counting at every load met 12/19 and 13/20 targets
-        // (mean 1.20%, 8.69% violating), this 16/19 and 14/20 (0.88%, 7.87%); moe-3t
-        // at rate scale 1 (180 s) 2.38% -> 2.10%, gen-10 at 0.8 3.28% -> 2.57%, but
-        // azure-code-4t at 0.393 0.99% -> 1.32% (0.83% at 0.35). `pooled`'s measure over
-        // every copy at light load (no owner gate) met 15/19 and 16/20 but took moe-3t
-        // to 3.90% and azure-code-4t at 0.393 to 1.80%.
+        // (mean 1.20%, 8.69% violating), this 14/19 and 16/20 (0.88%, 8.03%); moe-3t
+        // at rate scale 1 (180 s) 2.38% -> 2.10%, gen-10 at 0.8 3.28% -> 2.57%,
+        // azure-code-4t at 0.393 0.99% -> 0.71%. Keeping a tenant's ops off its own
+        // serving copies' GPUs as well met 16/19 and 14/20 but took azure-code-4t at
+        // 0.393 to 1.32%; with `pooled`'s measure over every copy at light load (no
+        // owner gate) too, 15/19 and 16/20, moe-3t 3.90%, azure-code-4t 1.80%.
         let k = if every_copy { least_loaded(view, &self.candidates) } else { view.least_loaded(&self.candidates) };
         if k == 0 {
             return Ok(0);
