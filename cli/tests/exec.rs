@@ -206,8 +206,8 @@ fn run_drives_a_shipped_wasm_plugin_on_the_cpu_executor() {
 /// under the planner's threshold: no copy, and the test failed on the host, not the code.
 #[test]
 fn run_serves_requests_from_pooled_serving_replicas() {
-    let shipped =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/tiny-2t.toml")).unwrap();
+    let shipped_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/tiny-2t.toml");
+    let shipped = std::fs::read_to_string(&shipped_path).unwrap();
     let light = r#"kind = "poisson", rate = 0.5, prompt = { dist = "lognormal", median = 128, p90 = 384, max = 1024 }"#;
     assert!(shipped.contains(light), "tiny-2t's code trace changed: update this test");
     let prof = tmp("pooled-profile");
@@ -217,6 +217,9 @@ fn run_serves_requests_from_pooled_serving_replicas() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The cost model `run` fits on the profile: the rate changes the load, not the prices.
+    let sku = Scenario::from_file(&shipped_path).unwrap().cluster.gpus[0].sku.clone();
+    let cost = CostModel::fit_dir(&prof, &sku).unwrap();
     let scn = tmp("pooled-scenario").with_extension("toml");
     let loaded_at = |rate: f64| {
         let heavy = shipped.replace(
@@ -224,9 +227,7 @@ fn run_serves_requests_from_pooled_serving_replicas() {
             &format!(r#"kind = "poisson", rate = {rate:.4}, prompt = {{ dist = "lognormal", median = 512, p90 = 900, max = 1024 }}"#),
         );
         std::fs::write(&scn, heavy).unwrap();
-        let s = Scenario::from_file(&scn).unwrap();
-        let cost = CostModel::fit_dir(&prof, &s.cluster.gpus[0].sku).unwrap();
-        tenant_loads_with(&s, &cost)
+        tenant_loads_with(&Scenario::from_file(&scn).unwrap(), &cost)
     };
     // Busy share is about proportional to the rate; a second step corrects for the
     // arrivals the new rate draws.

@@ -230,10 +230,10 @@ impl Policy for Slice {
     }
 }
 
-/// The instance a new request waits least on once a backlog forms: the fewest requests in hand, then the
-/// least work queued on its GPUs; one nearly out of KV goes last. Home and copies run
-/// the tenant's model in the same tensor-parallel layout, so a request costs each the
-/// same. The SDK's `View::least_loaded` (what `pooled` routes by) counts requests per
+/// The instance a new request waits least on once a backlog forms: the fewest requests
+/// in hand, then the least work queued on its GPUs; one nearly out of KV goes last. Home
+/// and copies run the tenant's model in the same tensor-parallel layout, so a request
+/// costs each the same. The SDK's `View::least_loaded` (what `pooled` routes by) counts requests per
 /// KV block, which sends a burst home whenever the home's cache is the larger: on gen-10
 /// of scenarios/family (rate scale 0.7, 300 s) the weight-only copies the planner adds
 /// for `slice` shrink the code tenant's serving copies' KV to a third, and that tenant
