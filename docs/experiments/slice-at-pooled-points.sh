@@ -25,3 +25,11 @@ xargs -P 2 -L 1 bash -c 'f=$0; n=$1; r=$2
   SLX_GATE=$G $B replay --scenario $f --policy native:slice --rate-scale $r --duration-s 300 --quiet --out $OUT/$n > $OUT/$n.log 2>&1
   echo "$n $r $(sed -n 2p $OUT/$n.log | grep -o "violation rate [0-9.]*%")"' < "$OUT/jobs.txt" > "$OUT/result.txt"
 cat "$OUT/result.txt"
+# Per target: points within it, and the mean violation rate over the points.
+python3 - "$OUT/result.txt" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if 'violation rate' in l]
+for t in sorted({r[0].split('-')[2] for r in rows}):
+    v = [float(r[-1].rstrip('%')) for r in rows if r[0].split('-')[2] == t]
+    print(f"target {float(t):.0%}: {sum(x <= 100 * float(t) for x in v)}/{len(v)} met, mean {sum(v) / len(v):.2f}%")
+PY

@@ -248,14 +248,15 @@ fn priority(t: &Tenant, r: &ReadyOp, group: u32) -> i32 {
 /// The instance a new request waits least on once a backlog forms: the fewest requests
 /// in hand, then the least work queued on its GPUs; one nearly out of KV goes last. Home
 /// and copies run the tenant's model in the same tensor-parallel layout, so a request
-/// costs each the same. The SDK's `View::least_loaded` (what `pooled` routes by) counts requests per
-/// KV block, which sends a burst home whenever the home's cache is the larger: on gen-10
-/// of scenarios/family (rate scale 0.7, 300 s) the weight-only copies the planner adds
-/// for `slice` shrink the code tenant's serving copies' KV to a third, and that tenant
-/// went from 3.8% of requests violating (`pooled`) to 15.9% (13.5% now). Measured on 12
-/// mixes of the family at their 9% rate scales: 8 better (gen-09 9.61 -> 7.95%, gen-10
-/// 10.13 -> 8.77, gen-11 9.26 -> 7.75, gen-14 7.89 -> 5.50), 4 worse (gen-01 5.77 ->
-/// 7.10, gen-12 8.10 -> 9.00, gen-15 7.28 -> 7.70, gen-16 10.92 -> 11.08).
+/// costs each the same. The SDK's `View::least_loaded` (what `pooled` routes by) counts
+/// requests per KV block, which sends a burst home whenever the home's cache is the
+/// larger: on gen-10 of scenarios/family (rate scale 0.7, 300 s) the weight-only copies
+/// the planner adds for `slice` shrink the code tenant's serving copies' KV to a third,
+/// and that tenant went from 3.8% of requests violating (`pooled`) to 15.9% (13.5% now).
+/// Measured on 12 mixes of the family at their 9% rate scales: 8 better (gen-09 9.61 ->
+/// 7.95%, gen-10 10.13 -> 8.77, gen-11 9.26 -> 7.75, gen-14 7.89 -> 5.50), 4 worse
+/// (gen-01 5.77 -> 7.10, gen-12 8.10 -> 9.00, gen-15 7.28 -> 7.70, gen-16 10.92 ->
+/// 11.08).
 /// Ordering by requests waiting, then by when the GPUs free up, then by requests running
 /// was tried with the backlog rule of `route`: at `pooled`'s operating points of the
 /// family 11/19 and 12/20 targets met (mean 0.94% and 8.83%) against 12/19 and 13/20
