@@ -3,8 +3,8 @@
 # usage: FAMILY_JSON=out/family/family.json [BIN=./target/release/slicesched] [OUT=out/fp]
 #        [SUFFIX=...] [SCALES="0.97 1 1.03"] docs/experiments/slice-at-pooled-points.sh GATE
 # GATE selects a variant of docs/experiments/slice-routing-variants.patch (SLX_GATE);
-# SLX_REPL / SLX_NOMB / SLX_NOBACKLOG / SLX_COUNT / SLX_NOCOPYLEND / SLX_PRIO pass
-# through from the environment. SCALES multiplies each point (default 1: the points
+# SLX_REPL / SLX_NOMB / SLX_NOBACKLOG / SLX_COUNT / SLX_NOCOPYLEND / SLX_PRIO / SLX_MBCOV /
+# SLX_NOBORROW / SLX_PHASE pass through from the environment (the patch says what each does). SCALES multiplies each point (default 1: the points
 # themselves; "0.97 1 1.03" also replays 3% either side, since a violation curve can
 # jump by points between neighbouring scales). Run from the repository root.
 set -euo pipefail
