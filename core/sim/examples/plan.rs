@@ -6,8 +6,20 @@
 
 use slicesched_cost::CostModel;
 use slicesched_sim::{plan_with, tenant_loads_with, ReplicaMode, Scenario};
+use std::io::Write;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // A reader that stops early (`| head`) is not an error.
+    match print_plans() {
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+fn print_plans() -> Result<(), Box<dyn std::error::Error>> {
+    let mut out = std::io::stdout().lock();
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: plan SCENARIO [RATE_SCALE]")?;
     let scale: f64 = args.next().map_or(Ok(1.0), |s| s.parse())?;
@@ -17,10 +29,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     let cost = fitted.as_ref().unwrap_or(CostModel::default_a100());
-    println!("{} at rate scale {scale}", scn.spec.name);
-    println!("tenant              rho mean  rho peak  peak req/s  KV need (tokens)  home KV (tokens)");
+    writeln!(out, "{} at rate scale {scale}", scn.spec.name)?;
+    writeln!(out, "tenant              rho mean  rho peak  peak req/s  KV need (tokens)  home KV (tokens)")?;
     for (t, l) in scn.tenants.iter().zip(tenant_loads_with(&scn, cost)) {
-        println!(
+        writeln!(
+            out,
             "{:<18} {:>9.2} {:>9.2} {:>11.2} {:>17} {:>17}",
             t.name,
             l.rho_mean,
@@ -28,11 +41,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             l.profile.peak.requests,
             l.kv_tokens,
             t.kv_blocks as u64 * t.engine.block_size as u64
-        );
+        )?;
     }
     for mode in [ReplicaMode::Serving, ReplicaMode::Both] {
         let p = plan_with(&scn, mode, cost)?;
-        println!("\n{mode:?}:");
+        writeln!(out, "\n{mode:?}:")?;
         for (i, t) in p.tenants.iter().enumerate() {
             let copies: Vec<String> = p
                 .deployment
@@ -49,13 +62,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     )
                 })
                 .collect();
-            println!(
+            writeln!(
+                out,
                 "  {:<18} keeps {:>7} tokens, home KV {:>7} tokens; copies: {}",
                 t.name,
                 t.keep_kv_tokens,
                 t.kv_blocks as u64 * t.engine.block_size as u64,
                 if copies.is_empty() { "none".into() } else { copies.join(", ") }
-            );
+            )?;
         }
     }
     Ok(())
