@@ -4,9 +4,10 @@
 #        [SUFFIX=...] [SCALES="0.97 1 1.03"] docs/experiments/slice-at-pooled-points.sh GATE
 # GATE selects a variant of docs/experiments/slice-routing-variants.patch (SLX_GATE);
 # SLX_REPL / SLX_NOMB / SLX_NOBACKLOG / SLX_COUNT / SLX_NOCOPYLEND / SLX_PRIO / SLX_MBCOV /
-# SLX_NOBORROW / SLX_PHASE pass through from the environment (the patch says what each does). SCALES multiplies each point (default 1: the points
-# themselves; "0.97 1 1.03" also replays 3% either side, since a violation curve can
-# jump by points between neighbouring scales). Run from the repository root.
+# SLX_NOBORROW / SLX_PHASE pass through from the environment (the patch says what each
+# does). SCALES multiplies each point (default 1: the points themselves; "0.97 1 1.03"
+# also replays 3% either side, since a violation curve can jump by points between
+# neighbouring scales). Run from the repository root.
 set -euo pipefail
 G=$1; B=${BIN:-./target/release/slicesched}; OUT=${OUT:-out/fp}/g$G${SUFFIX:-}; mkdir -p "$OUT"
 FAMILY_JSON=${FAMILY_JSON:?the family sweep\'s family.json} SCALES=${SCALES:-1} python3 - > "$OUT/jobs.txt" <<'PY'

@@ -177,7 +177,7 @@ impl Policy for Slice {
             let home_at = view.group_free_at(r.home);
             let home_free = home_at <= view.now_ns;
             let mut best = (finish(view, r, r.home, home_at + self.placed_on(r.home)), r.home);
-            let holders = self.holders.get(r.tenant as usize).map_or(&[][..], Vec::as_slice);
+            let holders = holders_of(&self.holders, r.tenant);
             if r.kind != OpKind::Attention {
                 for &(group, first, end) in holders.iter().filter(|h| h.0 != r.home) {
                     let holds = match r.layer {
@@ -284,6 +284,11 @@ fn least_loaded(view: &View, candidates: &[Instance]) -> usize {
     candidates.iter().enumerate().min_by_key(|(k, i)| (load(i), *k)).map_or(0, |(k, _)| k)
 }
 
+/// `tenant`'s weight holders as `configure` found them (none for an unknown tenant).
+fn holders_of(holders: &[Vec<(u32, u32, u32)>], tenant: u32) -> &[(u32, u32, u32)] {
+    holders.get(tenant as usize).map_or(&[], Vec::as_slice)
+}
+
 /// Idle now, and its owners need it for none of the next [`SPARE_HORIZON_NS`].
 fn spare(view: &View, group: u32) -> bool {
     view.group_free_at(group) <= view.now_ns
@@ -323,9 +328,10 @@ impl Slice {
     fn spare_layers(&mut self, view: &View, inst: &Instance, layers: u32) -> u32 {
         self.covered.clear();
         self.covered.resize(layers as usize, false);
-        for h in view.homes.iter().filter(|h| h.tenant == inst.tenant && h.group != inst.group) {
-            if h.first_layer < h.end_layer.min(layers) && spare(view, h.group) {
-                self.covered[h.first_layer as usize..h.end_layer.min(layers) as usize].fill(true);
+        for &(group, first, end) in holders_of(&self.holders, inst.tenant).iter().filter(|h| h.0 != inst.group) {
+            let end = end.min(layers);
+            if first < end && spare(view, group) {
+                self.covered[first as usize..end as usize].fill(true);
             }
         }
         self.covered.iter().filter(|&&c| c).count() as u32
@@ -503,7 +509,7 @@ mod tests {
     /// waits; lenders holding 0..23 and 20..40 together take 40 and admit it.
     #[test]
     fn an_extra_micro_batch_needs_half_the_layers_spare() {
-        use slicesched_plugin_sdk::{Home, Tenant};
+        use slicesched_plugin_sdk::Home;
         let mut v = view();
         v.gpus.push(v.gpus[0]);
         v.groups.push(vec![2]);
@@ -519,9 +525,12 @@ mod tests {
         v.homes = vec![home(0, 0, 64), home(1, 0, 23)];
         let mut inst = inst(0, 0, 4, 900, 1_000);
         inst.inflight = 1;
+        // The hosts configure the policy again whenever the deployment changes.
         let mut s = Slice::default();
+        s.configure(&v).unwrap();
         assert!(!s.admit(&v, &inst).unwrap(), "23 of 64 layers spare");
         v.homes.push(home(2, 20, 40));
+        s.configure(&v).unwrap();
         assert!(s.admit(&v, &inst).unwrap(), "40 of 64 layers spare");
         v.gpus[2].owner_need_ns = v.now_ns + 1;
         assert!(!s.admit(&v, &inst).unwrap(), "the second lender's owner is back within the horizon");
