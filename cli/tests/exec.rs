@@ -237,7 +237,7 @@ fn run_serves_requests_from_pooled_serving_replicas() {
     }
     let loads = loaded_at(rate);
     assert!(loads[1].rho_peak > RHO_FIT, "code at {rate}/s is not busy enough to ask a copy: {loads:?}");
-    assert!(loads[0].rho_mean < OWNER_BUSY, "chat's device is too busy to lend: {loads:?}");
+    assert!(loads[0].gpu_mean < OWNER_BUSY, "chat's device is too busy to lend: {loads:?}");
     let s = run_on_cpu(&scn, &prof, "native:pooled", "run-pooled");
     assert_eq!(s["oom_events"], 0);
     assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);

@@ -30,14 +30,17 @@ fn print_plans() -> Result<(), Box<dyn std::error::Error>> {
     };
     let cost = fitted.as_ref().unwrap_or(CostModel::default_a100());
     writeln!(out, "{} at rate scale {scale}", scn.spec.name)?;
-    writeln!(out, "tenant              rho mean  rho peak  peak req/s  KV need (tokens)  home KV (tokens)")?;
+    writeln!(out, "tenant              rho mean  rho peak  gpu peak  backlog s  ttft s  peak req/s  KV need (tokens)  home KV (tokens)")?;
     for (t, l) in scn.tenants.iter().zip(tenant_loads_with(&scn, cost)) {
         writeln!(
             out,
-            "{:<18} {:>9.2} {:>9.2} {:>11.2} {:>17} {:>17}",
+            "{:<18} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>7.2} {:>11.2} {:>17} {:>17}",
             t.name,
             l.rho_mean,
             l.rho_peak,
+            l.gpu_peak,
+            l.backlog_s,
+            l.ttft_s,
             l.profile.peak.requests,
             l.kv_tokens,
             t.kv_blocks as u64 * t.engine.block_size as u64

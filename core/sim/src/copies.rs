@@ -169,7 +169,10 @@ impl Sim<'_> {
             holds_kv: vec![true; self.insts.len()],
             for_memory: vec![false; n],
             not_before: vec![0; n],
-            svc: (0..self.scn.tenants.len()).map(|i| service_cost(self.scn, i, self.cost)).collect(),
+            // Lenders are judged by their owners' GPU time, as the planner judges them.
+            svc: (0..self.scn.tenants.len())
+                .map(|i| service_cost(self.scn, i, self.cost, &slicesched_cost::CpuOverhead::ZERO))
+                .collect(),
             live: dep.clone(),
             ..Default::default()
         };

@@ -45,7 +45,7 @@ pub use metrics::{
 pub use migrate::KvMigration;
 pub use planner::{
     plan, plan_with, tenant_loads, tenant_loads_with, PlannerSpec, ReplicaMode, TenantLoad, OWNER_BUSY, RHO_FIT,
-    RHO_OVERLOAD,
+    OVERFLOW_TTFTS,
 };
 pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};
