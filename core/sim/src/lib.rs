@@ -44,8 +44,8 @@ pub use metrics::{
 };
 pub use migrate::KvMigration;
 pub use planner::{
-    plan, plan_with, tenant_loads, tenant_loads_with, PlannerSpec, ReplicaMode, TenantLoad, OWNER_BUSY, RHO_FIT,
-    OVERFLOW_TTFTS,
+    plan, plan_with, tenant_loads, tenant_loads_with, PlannerSpec, ReplicaMode, TenantLoad, OVERFLOW_TTFTS, OWNER_BUSY,
+    RHO_FIT,
 };
 pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};

@@ -226,7 +226,10 @@ impl ServiceCost {
     ) -> Self {
         let secs = |dag: &IterationDag, requests: usize| {
             let sum = |ops: &[slicesched_model::OpSpec]| ops.iter().map(|o| cost.op_secs(dev, o).max(0.0)).sum::<f64>();
-            sum(&dag.head) + dag.layers as f64 * sum(&dag.layer) + sum(&dag.tail) + cpu.iteration_ns(requests) as f64 / 1e9
+            sum(&dag.head)
+                + dag.layers as f64 * sum(&dag.layer)
+                + sum(&dag.tail)
+                + cpu.iteration_ns(requests) as f64 / 1e9
         };
         let chunk = chunk.clamp(1, CHUNK);
         let prefill =
@@ -295,7 +298,8 @@ mod tests {
 
     #[test]
     fn a_backlog_builds_only_while_a_burst_outruns_its_home() {
-        let svc = ServiceCost { prefill_s_per_token: 1e-4, decode_step_s: 0.0, decode_s_per_request: 0.0, tpot_s: 0.04 };
+        let svc =
+            ServiceCost { prefill_s_per_token: 1e-4, decode_step_s: 0.0, decode_s_per_request: 0.0, tpot_s: 0.04 };
         // 1,000 prompt tokens a request: 0.1 s of work each. 5/s for 100 s (half busy),
         // then 15/s for 30 s (1.5x), then quiet.
         let mut arrivals: Vec<(u64, u32, u32)> = (0..500u64).map(|k| (k * 200_000_000, 1000, 1)).collect();

@@ -549,6 +549,15 @@ mod tests {
         Scenario::from_spec(spec, Path::new("t.toml"), Path::new(".")).unwrap()
     }
 
+    /// A trace of 20-s bursts at 30 requests a second, `off_s` apart on average.
+    fn onoff(off_s: f64) -> String {
+        format!(
+            "trace = {{ kind = \"onoff\", rate_on = 30.0, rate_off = 0.05, mean_on_s = 20.0, mean_off_s = {off_s:.1}, \
+                       prompt = {{ dist = \"lognormal\", median = 1500, p90 = 4000, max = 8192 }}, \
+                       output = {{ dist = \"lognormal\", median = 10, p90 = 30, max = 64 }} }}"
+        )
+    }
+
     fn copies_of(s: &Scenario, t: u32) -> Vec<Vec<u32>> {
         s.deployment
             .replicas(TenantId(t))
@@ -621,13 +630,10 @@ mod tests {
         // keeps up; t1 queues a minute of work in 20-s bursts. The lender on GPU 2 has room
         // for one serving copy: the overflowing tenant gets it (and, t0 being away half
         // the time, another on t0's GPU).
-        let bursts =
-            "trace = { kind = \"onoff\", rate_on = 30.0, rate_off = 0.05, mean_on_s = 20.0, mean_off_s = 100.0, \
-                      prompt = { dist = \"lognormal\", median = 1500, p90 = 4000, max = 8192 }, \
-                      output = { dist = \"lognormal\", median = 10, p90 = 30, max = 64 } }";
+        let bursts = onoff(100.0);
         let s = scenario(
             3,
-            &[("llama-2-13b", "[0]", 1.6, ""), ("llama-3-8b", "[1]", 0.0, bursts), ("llama-3-8b", "[2]", 0.2, "")],
+            &[("llama-2-13b", "[0]", 1.6, ""), ("llama-3-8b", "[1]", 0.0, &bursts), ("llama-3-8b", "[2]", 0.2, "")],
         );
         let loads = tenant_loads(&s);
         assert!(loads[0].rho_peak > RHO_FIT && !loads[0].overflows(), "{loads:?}");
@@ -649,13 +655,10 @@ mod tests {
     fn a_gpu_whose_owner_bursts_past_it_takes_no_serving_copy() {
         // t0 is overloaded; t1 is idle on average but its bursts overflow GPU 1 (ON 20 s
         // at 30 req/s, OFF 200 s); t2 is steady and light.
-        let bursts =
-            "trace = { kind = \"onoff\", rate_on = 30.0, rate_off = 0.05, mean_on_s = 20.0, mean_off_s = 200.0, \
-                      prompt = { dist = \"lognormal\", median = 1500, p90 = 4000, max = 8192 }, \
-                      output = { dist = \"lognormal\", median = 10, p90 = 30, max = 64 } }";
+        let bursts = onoff(200.0);
         let s = scenario(
             3,
-            &[("llama-3-8b", "[0]", 14.0, ""), ("llama-3-8b", "[1]", 0.0, bursts), ("llama-3-8b", "[2]", 0.2, "")],
+            &[("llama-3-8b", "[0]", 14.0, ""), ("llama-3-8b", "[1]", 0.0, &bursts), ("llama-3-8b", "[2]", 0.2, "")],
         );
         let loads = tenant_loads(&s);
         assert!(loads[1].gpu_mean < OWNER_BUSY && loads[1].overflows(), "{loads:?}");
