@@ -2,7 +2,9 @@
 //! planner meters it, its KV reservation, and where its copies went.
 //!
 //! `cargo run --release -p slicesched-sim --example plan -- SCENARIO [RATE_SCALE [PROFILE_DIR]]`
-//! (PROFILE_DIR: a `slicesched profile` folder whose fitted cost model prices the loads)
+//! (PROFILE_DIR: a `slicesched profile` folder whose fitted cost model prices the loads).
+//! `PLAN_DURATION_S=300` plans the first 300 s, as `replay --duration-s 300` and
+//! `sweep --duration-s 300` do: the loads, and so the plan, are those of that stretch.
 
 use slicesched_cost::CostModel;
 use slicesched_sim::{plan_with, tenant_loads_with, ReplicaMode, Scenario};
@@ -23,7 +25,16 @@ fn print_plans() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: plan SCENARIO [RATE_SCALE]")?;
     let scale: f64 = args.next().map_or(Ok(1.0), |s| s.parse())?;
-    let scn = Scenario::from_file(std::path::Path::new(&path))?.with_rate_scale(scale);
+    let path = std::path::Path::new(&path);
+    let scn = match std::env::var("PLAN_DURATION_S") {
+        Ok(d) => {
+            let mut spec: slicesched_sim::ScenarioSpec = toml::from_str(&std::fs::read_to_string(path)?)?;
+            spec.duration_s = Some(d.parse()?);
+            Scenario::from_spec(spec, path, path.parent().unwrap_or(std::path::Path::new(".")))?
+        }
+        Err(_) => Scenario::from_file(path)?,
+    }
+    .with_rate_scale(scale);
     let fitted = match args.next() {
         Some(dir) => Some(CostModel::fit_dir(std::path::Path::new(&dir), &scn.cluster.gpus[0].sku)?),
         None => None,
