@@ -135,15 +135,7 @@ pub(crate) struct Sweeper {
 
 /// Loads a scenario, replaying `duration_s` seconds of it when given.
 pub(crate) fn load(path: &std::path::Path, duration_s: Option<f64>) -> Result<Scenario> {
-    let ctx = || format!("loading scenario {}", path.display());
-    let Some(d) = duration_s else {
-        return Scenario::from_file(path).with_context(ctx);
-    };
-    let text = std::fs::read_to_string(path).with_context(ctx)?;
-    let mut spec: slicesched_sim::ScenarioSpec = toml::from_str(&text).with_context(ctx)?;
-    spec.duration_s = Some(d);
-    let base = path.parent().unwrap_or(std::path::Path::new("."));
-    Scenario::from_spec(spec, path, base).with_context(ctx)
+    Scenario::from_file_for(path, duration_s).with_context(|| format!("loading scenario {}", path.display()))
 }
 
 pub fn run(a: Args) -> Result<()> {

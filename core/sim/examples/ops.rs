@@ -5,7 +5,7 @@
 //! (POLICY: a built-in name, e.g. `slice`; the run is planned as `slicesched replay` plans it)
 
 use slicesched_cost::CostModel;
-use slicesched_sim::{plan, replay, OpWindow, ReplayOptions, Scenario, ScenarioSpec};
+use slicesched_sim::{plan, replay, OpWindow, ReplayOptions, Scenario};
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -14,11 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [path, scale, dur, policy, from, to] = a.as_slice() else {
         return Err("usage: ops SCENARIO SCALE DURATION_S POLICY FROM_S TO_S".into());
     };
-    let path = std::path::Path::new(path);
-    let mut spec: ScenarioSpec = toml::from_str(&std::fs::read_to_string(path)?)?;
-    spec.duration_s = Some(dur.parse()?);
-    let scn = Scenario::from_spec(spec, path, path.parent().unwrap_or(std::path::Path::new(".")))?
-        .with_rate_scale(scale.parse()?);
+    let scn = Scenario::from_file_for(std::path::Path::new(path), Some(dur.parse()?))?.with_rate_scale(scale.parse()?);
     let mut pol = slicesched_policy::builtin(policy).ok_or("unknown built-in policy")?;
     let planned = plan(&scn, pol.replicas())?;
     let ns = |s: &str| -> Result<u64, Box<dyn std::error::Error>> { Ok((s.parse::<f64>()? * 1e9) as u64) };

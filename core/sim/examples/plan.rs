@@ -25,16 +25,8 @@ fn print_plans() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: plan SCENARIO [RATE_SCALE]")?;
     let scale: f64 = args.next().map_or(Ok(1.0), |s| s.parse())?;
-    let path = std::path::Path::new(&path);
-    let scn = match std::env::var("PLAN_DURATION_S") {
-        Ok(d) => {
-            let mut spec: slicesched_sim::ScenarioSpec = toml::from_str(&std::fs::read_to_string(path)?)?;
-            spec.duration_s = Some(d.parse()?);
-            Scenario::from_spec(spec, path, path.parent().unwrap_or(std::path::Path::new(".")))?
-        }
-        Err(_) => Scenario::from_file(path)?,
-    }
-    .with_rate_scale(scale);
+    let duration_s = std::env::var("PLAN_DURATION_S").ok().map(|d| d.parse::<f64>()).transpose()?;
+    let scn = Scenario::from_file_for(std::path::Path::new(&path), duration_s)?.with_rate_scale(scale);
     let fitted = match args.next() {
         Some(dir) => Some(CostModel::fit_dir(std::path::Path::new(&dir), &scn.cluster.gpus[0].sku)?),
         None => None,

@@ -169,10 +169,20 @@ pub struct Scenario {
 
 impl Scenario {
     pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        Self::from_file_for(path, None)
+    }
+
+    /// [`Scenario::from_file`] with its `duration_s` replaced by `duration_s` where one is
+    /// given (`replay --duration-s`, `sweep --duration-s`): the traces, and so the loads the
+    /// planner meters, are those of that stretch.
+    pub fn from_file_for(path: &Path, duration_s: Option<f64>) -> Result<Self, ScenarioError> {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { path: p.clone(), source })?;
-        let spec: ScenarioSpec =
+        let mut spec: ScenarioSpec =
             toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p.clone(), msg: e.to_string() })?;
+        if duration_s.is_some() {
+            spec.duration_s = duration_s;
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         Self::from_spec(spec, path, base)
     }
