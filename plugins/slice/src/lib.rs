@@ -116,7 +116,7 @@ impl Policy for Slice {
         // A backlog at home opens every copy too, before anyone is late: a new request
         // there would queue behind `HOME_BACKLOG` or more prefills. Measured at the rate
         // scales of `pooled`'s 1% and 9% answers on the 20 mixes of scenarios/family
-        // (39 replays of 300 s; README, "`slice` at `pooled`'s own operating points"):
+        // (39 replays of 300 s; docs/results-history.md, "`slice` at `pooled`'s own operating points"):
         // targets met 9/19 and 10/20 (mean 1.23% and 10.84%) without the rule, 12/19 and
         // 13/20 (1.20%, 8.69%) with it; moe-3t at rate scale 1 (180 s) 3.11% -> 2.38%.
         // Every copy competing always (no owner gate at all) gave 11/19 and 11/20 (1.19%,
