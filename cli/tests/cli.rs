@@ -137,6 +137,19 @@ fn a_missing_plugin_file_is_named() {
 }
 
 #[test]
+fn a_missing_scenario_says_why_once() {
+    let o = bin()
+        .args(["replay", "--scenario", "nowhere/s.toml", "--policy", "dedicated", "--quiet", "--out"])
+        .arg(tmp("noscn"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    // The io error once: it was both in the library error's message and its source.
+    assert!(err.contains("nowhere/s.toml") && err.matches("os error 2").count() == 1, "{err}");
+}
+
+#[test]
 fn cost_validate_json_contract() {
     let o = bin()
         .args(["cost", "validate", "--fit", "data/profiles/a100", "--test", "data/profiles/a100", "--json"])

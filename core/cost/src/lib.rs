@@ -44,8 +44,9 @@ pub enum CostError {
     Invalid { path: String, msg: String },
     #[error("{path}: line {line}, column `{column}`: {msg}")]
     Csv { path: String, line: u64, column: String, msg: String },
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    // The io error is in the message, not `source()`: shown once where a caller prints the chain.
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
 }
 
 /// Where an op runs: the GPU model and the slowest link of its tensor-parallel group

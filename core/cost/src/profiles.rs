@@ -91,7 +91,7 @@ const APEX_COLUMNS: [&str; 6] = ["gpu", "num_nodes", "num_gpus_per_node", "dtype
 impl ProfileSet {
     /// Reads a directory laid out like `data/profiles/a100`.
     pub fn from_dir(dir: &Path) -> Result<Self, CostError> {
-        let io = |p: &Path, e: std::io::Error| CostError::Io { path: p.display().to_string(), source: e };
+        let io = |p: &Path, e: std::io::Error| CostError::Io { path: p.display().to_string(), err: e };
         let mut subdirs: Vec<_> = std::fs::read_dir(dir)
             .map_err(|e| io(dir, e))?
             .filter_map(|e| e.ok())

@@ -135,7 +135,7 @@ pub fn validate_dirs(
     test_sku: Option<&str>,
     extra: &[GpuSku],
 ) -> Result<ValidationReport, CostError> {
-    let canon = |p: &Path| p.canonicalize().map_err(|e| CostError::Io { path: p.display().to_string(), source: e });
+    let canon = |p: &Path| p.canonicalize().map_err(|e| CostError::Io { path: p.display().to_string(), err: e });
     let fits = fit_dirs.iter().map(|d| read_dir_with_sku(d, extra)).collect::<Result<Vec<_>, _>>()?;
     let test_canon = canon(test_dir)?;
     let mut same = None;

@@ -91,8 +91,9 @@ pub enum HwError {
     UnknownSku { name: String, known: String },
     #[error("{path}: {msg}")]
     Invalid { path: String, msg: String },
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    // The io error is in the message, not `source()`: shown once where a caller prints the chain.
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
 }
 
 /// What connects two GPUs.
@@ -236,7 +237,7 @@ impl Cluster {
 
     pub fn from_file(path: &Path) -> Result<Self, HwError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| HwError::Io { path: p.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|err| HwError::Io { path: p.clone(), err })?;
         Self::from_toml(&text, &p)
     }
 

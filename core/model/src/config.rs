@@ -9,8 +9,9 @@ use std::path::Path;
 pub enum ModelError {
     #[error("unknown model `{0}` (known presets: {known})", known = preset_names().join(", "))]
     UnknownPreset(String),
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    // The io error is in the message, not `source()`: shown once where a caller prints the chain.
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
     #[error("{path}: cannot parse: {msg}")]
     Parse { path: String, msg: String },
     #[error("{path}: field `{field}`: {msg}")]
@@ -269,7 +270,7 @@ impl ModelConfig {
     /// Reads a Hugging Face `config.json` or a Vidur `model_config.yml` (by extension).
     pub fn from_file(path: &Path) -> Result<Self, ModelError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io { path: p.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|err| ModelError::Io { path: p.clone(), err })?;
         let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yml" | "yaml"));
         let default_name = path
             .parent()

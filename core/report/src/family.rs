@@ -159,7 +159,7 @@ pub fn family_table(r: &FamilyReport) -> String {
 
 /// Writes `family.json` and `family_goodput.svg` into `dir`; returns the paths.
 pub fn write_family(dir: &Path, report: &FamilyReport) -> Result<Vec<PathBuf>, ReportError> {
-    std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.display().to_string(), source })?;
+    std::fs::create_dir_all(dir).map_err(|err| ReportError::Io { path: dir.display().to_string(), err })?;
     let json_path = dir.join("family.json");
     let json = serde_json::to_vec_pretty(report)
         .map_err(|e| ReportError::Write { path: json_path.display().to_string(), msg: e.to_string() })?;

@@ -22,14 +22,15 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    // The io error is in the message, not `source()`: shown once where a caller prints the chain.
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
     #[error("{path}: {msg}")]
     Write { path: String, msg: String },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
-    move |source| ReportError::Io { path: path.display().to_string(), source }
+    move |err| ReportError::Io { path: path.display().to_string(), err }
 }
 
 /// Writes a file atomically: readers never see half of it.

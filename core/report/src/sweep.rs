@@ -99,7 +99,7 @@ pub struct SweepReport {
 
 /// Writes `sweep.json` and `violation_vs_rate.svg` into `dir`; returns the paths.
 pub fn write_sweep(dir: &Path, report: &SweepReport) -> Result<Vec<PathBuf>, ReportError> {
-    std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.display().to_string(), source })?;
+    std::fs::create_dir_all(dir).map_err(|err| ReportError::Io { path: dir.display().to_string(), err })?;
     let json_path = dir.join("sweep.json");
     let json = serde_json::to_vec_pretty(report)
         .map_err(|e| ReportError::Write { path: json_path.display().to_string(), msg: e.to_string() })?;

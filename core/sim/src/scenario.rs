@@ -100,8 +100,9 @@ pub struct TenantSpec {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    // The io error is in the message, not `source()`: shown once where a caller prints the chain.
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
     #[error("{path}: {msg}")]
     Parse { path: String, msg: String },
     #[error("{path}: {field}: {msg}")]
@@ -177,7 +178,7 @@ impl Scenario {
     /// planner meters, are those of that stretch.
     pub fn from_file_for(path: &Path, duration_s: Option<f64>) -> Result<Self, ScenarioError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { path: p.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|err| ScenarioError::Io { path: p.clone(), err })?;
         let mut spec: ScenarioSpec =
             toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p.clone(), msg: e.to_string() })?;
         if duration_s.is_some() {
