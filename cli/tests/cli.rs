@@ -106,15 +106,20 @@ fn bad_scenario_fails_with_the_file_named() {
     assert!(!dir.join("out").join("summary.json").exists(), "nothing is written for a refused scenario");
 }
 
-#[test]
-fn unknown_policy_is_refused() {
+/// `replay` of `scenario` under `policy`, which must fail: its stderr.
+fn refused_replay(scenario: &str, policy: &str, tag: &str) -> String {
     let o = bin()
-        .args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "magic", "--quiet", "--out"])
-        .arg(tmp("pol"))
+        .args(["replay", "--scenario", scenario, "--policy", policy, "--quiet", "--out"])
+        .arg(tmp(tag))
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown policy `magic`"));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn unknown_policy_is_refused() {
+    assert!(refused_replay("scenarios/smoke.toml", "magic", "pol").contains("unknown policy `magic`"));
 }
 
 #[test]
@@ -127,24 +132,14 @@ fn plugin_validate_refuses_what_is_not_a_policy_component() {
 
 #[test]
 fn a_missing_plugin_file_is_named() {
-    let o = bin()
-        .args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "nowhere/p.wasm", "--quiet", "--out"])
-        .arg(tmp("nowasm"))
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("reading plugin nowhere/p.wasm"));
+    assert!(
+        refused_replay("scenarios/smoke.toml", "nowhere/p.wasm", "nowasm").contains("reading plugin nowhere/p.wasm")
+    );
 }
 
 #[test]
 fn a_missing_scenario_says_why_once() {
-    let o = bin()
-        .args(["replay", "--scenario", "nowhere/s.toml", "--policy", "dedicated", "--quiet", "--out"])
-        .arg(tmp("noscn"))
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused_replay("nowhere/s.toml", "dedicated", "noscn");
     // The io error once: it was both in the library error's message and its source.
     assert!(err.contains("nowhere/s.toml") && err.matches("os error 2").count() == 1, "{err}");
 }

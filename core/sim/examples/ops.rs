@@ -15,7 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: ops SCENARIO SCALE DURATION_S POLICY FROM_S TO_S".into());
     };
     let scn = Scenario::from_file_for(std::path::Path::new(path), Some(dur.parse()?))?.with_rate_scale(scale.parse()?);
-    let mut pol = slicesched_policy::builtin(policy).ok_or("unknown built-in policy")?;
+    let mut pol = slicesched_policy::builtin(policy).ok_or(format!("no built-in policy {policy}"))?;
     let planned = plan(&scn, pol.replicas())?;
     let ns = |s: &str| -> Result<u64, Box<dyn std::error::Error>> { Ok((s.parse::<f64>()? * 1e9) as u64) };
     let window = OpWindow { from_ns: ns(from)?, to_ns: ns(to)?, max_ops: 50_000_000, every_ns: 0 };
@@ -25,12 +25,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (gpu, tenant, borrowed) -> busy ns, ops
     let mut busy: BTreeMap<(u32, u32, bool), (u64, u64)> = BTreeMap::new();
     // (tenant, set of gpus its iteration touched) -> iterations
-    let mut iters: BTreeMap<u64, (u32, Vec<u32>, u32)> = BTreeMap::new();
+    let mut iters: BTreeMap<u64, (u32, Vec<u32>)> = BTreeMap::new();
     for o in &r.ops {
         let e = busy.entry((o.gpu, o.tenant, o.borrowed)).or_default();
         e.0 += o.end_ns - o.start_ns;
         e.1 += 1;
-        let it = iters.entry(o.iteration).or_insert((o.tenant, Vec::new(), o.decodes));
+        let it = iters.entry(o.iteration).or_insert((o.tenant, Vec::new()));
         if !it.1.contains(&o.gpu) {
             it.1.push(o.gpu);
         }
@@ -53,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         writeln!(out, "{g:>3}  {:<22} {:>9} {:>9.1} {k:>8}", name(*t), b, *n as f64 / 1e6)?;
     }
     let mut by: BTreeMap<(u32, Vec<u32>), u64> = BTreeMap::new();
-    for (t, mut g, _) in iters.into_values() {
+    for (t, mut g) in iters.into_values() {
         g.sort();
         *by.entry((t, g)).or_default() += 1;
     }

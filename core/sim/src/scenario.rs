@@ -181,9 +181,7 @@ impl Scenario {
         let text = std::fs::read_to_string(path).map_err(|err| ScenarioError::Io { path: p.clone(), err })?;
         let mut spec: ScenarioSpec =
             toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p.clone(), msg: e.to_string() })?;
-        if duration_s.is_some() {
-            spec.duration_s = duration_s;
-        }
+        spec.duration_s = duration_s.or(spec.duration_s);
         let base = path.parent().unwrap_or(Path::new("."));
         Self::from_spec(spec, path, base)
     }
