@@ -10,18 +10,38 @@ use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    // Each cause is in the message, not `source()`: shown once where a caller prints the
+    // chain (hence the `From`s below rather than `#[from]`, which implies a source).
     #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
     #[error("migrations: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("listening on {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
+    Migrate(sqlx::migrate::MigrateError),
+    #[error("listening on {addr}: {err}")]
+    Bind { addr: String, err: std::io::Error },
     #[error("serving: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("demo run: {0}")]
     Demo(String),
     #[error("live cluster (`[live]` of the configuration): {0}")]
     Live(String),
+}
+
+impl From<sqlx::Error> for ServeError {
+    fn from(e: sqlx::Error) -> Self {
+        ServeError::Db(e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for ServeError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        ServeError::Migrate(e)
+    }
+}
+
+impl From<std::io::Error> for ServeError {
+    fn from(e: std::io::Error) -> Self {
+        ServeError::Io(e)
+    }
 }
 
 /// How long shutdown waits for cancelled replays to notice their flag.
@@ -60,7 +80,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let addr = config.addr.clone();
     let state = prepare(config).await?;
     let listener =
-        tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
+        tokio::net::TcpListener::bind(&addr).await.map_err(|err| ServeError::Bind { addr: addr.clone(), err })?;
     tracing::info!(%addr, "serving the API and web UI");
     let jobs = state.jobs.clone();
     let st = state.clone();

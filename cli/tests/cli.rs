@@ -138,6 +138,17 @@ fn a_missing_plugin_file_is_named() {
 }
 
 #[test]
+fn a_plugin_that_is_not_wasm_says_why_once() {
+    let dir = tmp("junkwasm");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wasm = dir.join("junk.wasm");
+    std::fs::write(&wasm, b"junk").unwrap();
+    let err = refused_replay("scenarios/smoke.toml", wasm.to_str().unwrap(), "junkwasm-out");
+    // The cause once: it was both in the plugin error's message and its source.
+    assert!(err.matches("not a valid Wasm component").count() == 1, "{err}");
+}
+
+#[test]
 fn a_missing_scenario_says_why_once() {
     let err = refused_replay("nowhere/s.toml", "dedicated", "noscn");
     // The io error once: it was both in the library error's message and its source.

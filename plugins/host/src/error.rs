@@ -8,7 +8,7 @@ pub struct PluginError {
     /// The plugin's name (its SHA-256 prefix until `describe` has answered).
     pub plugin: String,
     pub version: String,
-    #[source]
+    // In the message, not `source()`: shown once where a caller prints the chain.
     pub cause: Cause,
 }
 

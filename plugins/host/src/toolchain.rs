@@ -19,8 +19,9 @@ const DEBIAN_STD_SRC: &str = "/usr/lib/rustlib/src/rust/library";
 /// Why a build failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    // The io error is in the message, not `source()`: shown once where a caller prints the chain.
     #[error("{0}: {1}")]
-    Io(String, #[source] std::io::Error),
+    Io(String, std::io::Error),
     #[error("{path}: no [package] name")]
     NoName { path: String },
     #[error(
