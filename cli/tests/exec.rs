@@ -284,3 +284,38 @@ fn run_on_cpu(scn: &Path, prof: &Path, policy: &str, tag: &str) -> serde_json::V
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
+
+/// phi's and Qwen3's layouts through `run` on the CPU executor, with profiles of their
+/// own (what a user of those models does first).
+#[test]
+fn run_serves_the_phi_and_qwen3_layouts() {
+    let prof = tmp("arch-prof");
+    for model in ["tiny-phi", "tiny-qwen3"] {
+        let o = bin()
+            .args(["profile", "--device", "cpu", "--model", model, "--quick", "--reps", "1", "--quiet", "--out"])
+            .arg(&prof)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{model}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(prof.join(model).join("mlp.csv").is_file(), "{model}");
+    }
+    let out = tmp("run-arch");
+    let o = bin()
+        .args(["run", "--scenario", "scenarios/tiny-arch-2t.toml", "--executor", "cpu", "--quiet"])
+        .args(["--policy", "native:slice", "--cost-profile"])
+        .arg(&prof)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["oom_events"], 0);
+    assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
+    let tenants = s["tenants"].as_array().unwrap();
+    let models: Vec<&str> = tenants.iter().map(|t| t["model"].as_str().unwrap()).collect();
+    assert_eq!(models, ["tiny-phi", "tiny-qwen3"]);
+    for t in tenants {
+        assert_eq!(t["completed"], t["requests"], "{t}");
+    }
+}

@@ -300,4 +300,15 @@ pub trait Backend: Send + Sync {
     fn collectives(&self) -> String {
         "copies + Sum kernel (the backend has no collective library)".into()
     }
+    /// Why this backend's kernel set cannot run `model`, if it cannot (checked before
+    /// anything is loaded). By default the Llama layout only.
+    fn refuses(&self, model: &slicesched_model::ModelConfig) -> Option<String> {
+        model.departure_from_llama().map(|what| {
+            format!(
+                "{}: the {} backend runs the Llama layout (RMSNorm, RoPE, gated SiLU MLP, no biases); this model has {what}",
+                model.name,
+                self.kind()
+            )
+        })
+    }
 }

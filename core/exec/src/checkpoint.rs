@@ -6,7 +6,7 @@ use crate::model::{ExecModel, HostTensor, HostWeights, Numerics};
 use crate::ExecError;
 use half::bf16;
 use safetensors::{Dtype as StDtype, SafeTensors};
-use slicesched_model::ModelConfig;
+use slicesched_model::{Act, ModelConfig, Norm};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -104,7 +104,10 @@ impl safetensors::View for Bf16View<'_> {
     }
 }
 
-/// The `config.json` of a model, as Hugging Face writes it for Llama.
+/// The `config.json` of a model, as Hugging Face writes it for the family whose layout
+/// the model has: `phi` (parallel blocks), `qwen3` (query/key norms), `qwen2` (q/k/v
+/// biases alone), else `llama` (with `attention_bias`, `mlp_bias`, `sliding_window`).
+/// [`save`] refuses a model no family describes.
 pub fn config_json(model: &ExecModel) -> String {
     let c = &model.config;
     let n = &model.numerics;
@@ -112,16 +115,62 @@ pub fn config_json(model: &ExecModel) -> String {
         serde_json::json!({"rope_type": "llama3", "factor": s.factor, "low_freq_factor": s.low_freq_factor,
             "high_freq_factor": s.high_freq_factor, "original_max_position_embeddings": s.original_max_position_embeddings})
     });
-    serde_json::to_string_pretty(&serde_json::json!({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "_name_or_path": c.name,
+    let (family, arch) = if c.parallel_block {
+        ("phi", "PhiForCausalLM")
+    } else if c.qk_norm {
+        ("qwen3", "Qwen3ForCausalLM")
+    } else if c.biases.qkv && !c.biases.o && !c.biases.mlp {
+        ("qwen2", "Qwen2ForCausalLM")
+    } else {
+        ("llama", "LlamaForCausalLM")
+    };
+    let act = match c.activation {
+        Act::Silu => "silu",
+        Act::Gelu => "gelu",
+        Act::GeluTanh => "gelu_new",
+    };
+    let mut j = serde_json::json!({
+        "architectures": [arch], "model_type": family, "_name_or_path": c.name,
         "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
         "intermediate_size": c.intermediate_size, "num_hidden_layers": c.num_hidden_layers,
         "vocab_size": c.vocab_size, "torch_dtype": "bfloat16", "rope_theta": n.rope_theta,
-        "rms_norm_eps": n.rms_norm_eps, "max_position_embeddings": n.max_positions,
+        "max_position_embeddings": n.max_positions, "hidden_act": act,
         "tie_word_embeddings": n.tie_word_embeddings, "rope_scaling": scaling,
-    }))
-    .expect("plain JSON")
+    });
+    let o = j.as_object_mut().expect("an object");
+    let eps_key = if c.norm == Norm::Layer { "layer_norm_eps" } else { "rms_norm_eps" };
+    o.insert(eps_key.into(), n.rms_norm_eps.into());
+    if let Some(r) = c.rotary_dim {
+        o.insert("partial_rotary_factor".into(), (r as f64 / c.head_dim as f64).into());
+    }
+    match family {
+        "llama" => {
+            o.insert("attention_bias".into(), c.biases.qkv.into());
+            o.insert("mlp_bias".into(), c.biases.mlp.into());
+            o.insert("sliding_window".into(), c.sliding_window.into());
+        }
+        "qwen2" | "qwen3" => {
+            o.insert("use_sliding_window".into(), c.sliding_window.is_some().into());
+            o.insert("sliding_window".into(), c.sliding_window.into());
+            let from = c.num_hidden_layers - c.window_layers.unwrap_or(c.num_hidden_layers);
+            o.insert("max_window_layers".into(), from.into());
+        }
+        _ => {}
+    }
+    serde_json::to_string_pretty(&j).expect("plain JSON")
+}
+
+/// Whether `config.json` text describes `model`'s layout (what a reload would run).
+fn describes(text: &str, model: &ExecModel) -> bool {
+    let Ok(back) = ModelConfig::from_hf_json(text, "config.json", &model.config.name) else { return false };
+    let c = &model.config;
+    (back.norm, back.activation, back.biases, back.gated_mlp, back.parallel_block, back.rotary_dim)
+        == (c.norm, c.activation, c.biases, c.gated_mlp, c.parallel_block, c.rotary_dim)
+        && (back.qk_norm, back.sliding_window, back.window_layers, back.alibi, back.sandwich_norms)
+            == (c.qk_norm, c.sliding_window, c.window_layers, c.alibi, c.sandwich_norms)
+        && back.moe.is_none()
+        && c.moe.is_none()
 }
 
 fn write_atomic(path: &Path, f: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), ExecError> {
@@ -133,6 +182,13 @@ fn write_atomic(path: &Path, f: impl FnOnce(&Path) -> Result<(), String>) -> Res
 /// Writes `config.json` and the weights, in shards of at most `shard_bytes` with an
 /// index when given (else one file). Each file is written whole or not at all.
 pub fn save(dir: &Path, model: &ExecModel, w: &HostWeights, shard_bytes: Option<u64>) -> Result<(), ExecError> {
+    let config = config_json(model);
+    if !describes(&config, model) {
+        return Err(err(
+            dir,
+            format!("{}: no Hugging Face model family (llama, qwen2, qwen3, phi) has this layout", model.config.name),
+        ));
+    }
     std::fs::create_dir_all(dir).map_err(|e| err(dir, e.to_string()))?;
     let mut shards: Vec<Vec<(&String, &HostTensor)>> = vec![Vec::new()];
     let mut size = 0u64;
@@ -164,5 +220,5 @@ pub fn save(dir: &Path, model: &ExecModel, w: &HostWeights, shard_bytes: Option<
         let idx = serde_json::json!({"metadata": {"total_size": total}, "weight_map": map});
         write_atomic(&dir.join(INDEX), |tmp| std::fs::write(tmp, idx.to_string()).map_err(|e| e.to_string()))?;
     }
-    write_atomic(&dir.join("config.json"), |tmp| std::fs::write(tmp, config_json(model)).map_err(|e| e.to_string()))
+    write_atomic(&dir.join("config.json"), |tmp| std::fs::write(tmp, config).map_err(|e| e.to_string()))
 }

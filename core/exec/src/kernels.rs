@@ -23,15 +23,23 @@ pub enum Kernel {
     RmsNorm { x: View, weight: View, out: View, rows: usize, width: usize, eps: f32 },
     /// `out[i] = x[rows[i]]` (the last token of each sampled sequence).
     GatherRows { x: View, rows: View, out: View, width: usize },
-    /// `y = x · wᵀ`, f32 accumulation; `y` is bf16 or f32.
-    Gemm { x: View, w: View, y: View, m: usize, n: usize, k: usize },
-    /// HF rotate-half RoPE in place on the q and k parts of `qkv`; `table` holds
-    /// `cos[max_pos][D/2]` then `sin[max_pos][D/2]` (built on the host, llama3 scaling there).
-    Rope { qkv: View, positions: View, table: View, tokens: usize, heads: Heads, max_pos: usize },
+    /// `y = x · wᵀ (+ bias)`, f32 accumulation, the bias (n wide, bf16) added before the
+    /// one rounding; `y` is bf16 or f32.
+    Gemm { x: View, w: View, bias: Option<View>, y: View, m: usize, n: usize, k: usize },
+    /// `out = (x − mean) · rsqrt(var + eps) · weight + bias`, row by row.
+    LayerNorm { x: View, weight: View, bias: View, out: View, rows: usize, width: usize, eps: f32 },
+    /// RMSNorm of every query head (by `q_weight`) and key head (by `k_weight`, both one
+    /// head wide) in place on `qkv` (Qwen3's query/key norms, before RoPE).
+    HeadNorm { qkv: View, q_weight: View, k_weight: View, tokens: usize, heads: Heads, eps: f32 },
+    /// HF rotate-half RoPE in place on the first `rotary` dimensions of every q and k head
+    /// of `qkv` (all `D` but for partial rotary); `table` holds `cos[max_pos][rotary/2]`
+    /// then `sin[max_pos][rotary/2]` (built on the host, llama3 scaling there).
+    Rope { qkv: View, positions: View, table: View, tokens: usize, heads: Heads, max_pos: usize, rotary: usize },
     /// Writes each token's k and v into its slot of the layer's cache (slot < 0: skipped).
     CacheWrite { qkv: View, slots: View, cache: View, tokens: usize, heads: Heads },
     /// Paged causal attention for prefill chunks and decodes alike, with GQA: query row
-    /// `j` of sequence `s` sits at position `ctx_lens[s] − q_len + j` and sees keys up to it.
+    /// `j` of sequence `s` sits at position `ctx_lens[s] − q_len + j` and sees keys up to it,
+    /// the last `window` of them where `window` > 0 (sliding-window attention).
     Attention {
         qkv: View,
         cache: View,
@@ -42,11 +50,15 @@ pub enum Kernel {
         seqs: usize,
         max_blocks: usize,
         heads: Heads,
+        window: usize,
     },
     /// `out = a + b`.
     Add { a: View, b: View, out: View },
     /// `out[t,i] = silu(x[t,i]) · x[t,I+i]` for gate|up rows of width `2I`.
     SiluMul { x: View, out: View, rows: usize, inter: usize },
+    /// Any other activation: `out[t,i] = act(x[t,i]) · x[t,I+i]` when `gated` (rows of
+    /// width `2I`), else `out[t,i] = act(x[t,i])` (rows of width `I`).
+    Act { x: View, out: View, rows: usize, inter: usize, act: slicesched_model::Act, gated: bool },
     /// `out = Σ parts` in the given order (the local step of an all-reduce; every rank
     /// sums in rank order, so all ranks hold identical bits).
     Sum { parts: Vec<View>, out: View },
@@ -81,6 +93,10 @@ impl Kernel {
             Kernel::Attention { .. } => "paged_attention",
             Kernel::Add { .. } => "residual_add",
             Kernel::SiluMul { .. } => "silu_mul",
+            Kernel::LayerNorm { .. } => "layernorm",
+            Kernel::HeadNorm { .. } => "head_norm",
+            Kernel::Act { act: slicesched_model::Act::Silu, .. } => "silu",
+            Kernel::Act { .. } => "gelu",
             Kernel::Sum { .. } => "sum",
             Kernel::Argmax { .. } => "argmax",
         }
@@ -94,10 +110,12 @@ impl Kernel {
             | Kernel::Attention { out, .. }
             | Kernel::Add { out, .. }
             | Kernel::SiluMul { out, .. }
+            | Kernel::LayerNorm { out, .. }
+            | Kernel::Act { out, .. }
             | Kernel::Sum { out, .. }
             | Kernel::Argmax { out, .. } => *out,
             Kernel::Gemm { y, .. } => *y,
-            Kernel::Rope { qkv, .. } => *qkv,
+            Kernel::Rope { qkv, .. } | Kernel::HeadNorm { qkv, .. } => *qkv,
             Kernel::CacheWrite { cache, .. } => *cache,
         }
     }
@@ -107,7 +125,10 @@ impl Kernel {
             Kernel::Embedding { ids, table, .. } => vec![*ids, *table],
             Kernel::RmsNorm { x, weight, .. } => vec![*x, *weight],
             Kernel::GatherRows { x, rows, .. } => vec![*x, *rows],
-            Kernel::Gemm { x, w, .. } => vec![*x, *w],
+            Kernel::Gemm { x, w, bias, .. } => [*x, *w].into_iter().chain(*bias).collect(),
+            Kernel::LayerNorm { x, weight, bias, .. } => vec![*x, *weight, *bias],
+            Kernel::HeadNorm { q_weight, k_weight, .. } => vec![*q_weight, *k_weight],
+            Kernel::Act { x, .. } => vec![*x],
             Kernel::Rope { positions, table, .. } => vec![*positions, *table],
             Kernel::CacheWrite { qkv, slots, .. } => vec![*qkv, *slots],
             Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, .. } => {

@@ -6,7 +6,7 @@ use crate::ExecError;
 use half::bf16;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
-use slicesched_model::ModelConfig;
+use slicesched_model::{ModelConfig, Norm};
 use std::collections::BTreeMap;
 
 /// Llama-3's RoPE frequency scaling (`rope_scaling.rope_type = "llama3"`).
@@ -22,6 +22,7 @@ pub struct Llama3Scaling {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Numerics {
     pub rope_theta: f64,
+    /// The norms' epsilon (`rms_norm_eps`, or `layer_norm_eps` for a LayerNorm model).
     pub rms_norm_eps: f64,
     pub rope_scaling: Option<Llama3Scaling>,
     /// Positions the RoPE table covers (prompt plus output must stay under it).
@@ -33,6 +34,7 @@ pub struct Numerics {
 struct HfNumerics {
     rope_theta: Option<f64>,
     rms_norm_eps: Option<f64>,
+    layer_norm_eps: Option<f64>,
     max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
     rope_scaling: Option<serde_json::Value>,
@@ -52,7 +54,7 @@ impl Numerics {
                 original_max_position_embeddings: 8192.0,
             }),
             max_positions: 8192,
-            tie_word_embeddings: false,
+            tie_word_embeddings: cfg.tie_embeddings,
         }
     }
 
@@ -61,9 +63,9 @@ impl Numerics {
         let h: HfNumerics = serde_json::from_str(text).map_err(|e| ExecError::Model(format!("config.json: {e}")))?;
         let mut n = Self::for_model(cfg);
         n.rope_theta = h.rope_theta.unwrap_or(n.rope_theta);
-        n.rms_norm_eps = h.rms_norm_eps.unwrap_or(n.rms_norm_eps);
+        n.rms_norm_eps = h.rms_norm_eps.or(h.layer_norm_eps).unwrap_or(n.rms_norm_eps);
         n.max_positions = h.max_position_embeddings.unwrap_or(n.max_positions).min(1 << 17);
-        n.tie_word_embeddings = h.tie_word_embeddings.unwrap_or(false);
+        n.tie_word_embeddings = h.tie_word_embeddings.unwrap_or(cfg.tie_embeddings);
         n.rope_scaling = match h.rope_scaling {
             None | Some(serde_json::Value::Null) => None,
             Some(v) => {
@@ -80,7 +82,8 @@ impl Numerics {
         Ok(n)
     }
 
-    /// Inverse frequencies of the `head_dim / 2` rotary pairs, scaled as Llama 3 does.
+    /// Inverse frequencies of the `dim / 2` rotary pairs (`dim`: the rotated part of a
+    /// head), scaled as Llama 3 does.
     pub fn inv_freq(&self, head_dim: usize) -> Vec<f64> {
         let half = head_dim / 2;
         (0..half)
@@ -125,8 +128,12 @@ pub struct ExecModel {
 }
 
 impl ExecModel {
+    /// The model with its numerics: a preset read from a published `config.json` takes
+    /// them from it (Qwen3's θ of 10⁶, phi's LayerNorm ε), others the family defaults.
     pub fn new(config: ModelConfig) -> Self {
-        let numerics = Numerics::for_model(&config);
+        let numerics = slicesched_model::preset_config_json(&config.name)
+            .and_then(|text| Numerics::from_hf_json(&config, text).ok())
+            .unwrap_or_else(|| Numerics::for_model(&config));
         Self { config, numerics }
     }
     pub fn hidden(&self) -> usize {
@@ -142,29 +149,113 @@ impl ExecModel {
         self.config.vocab_size as usize
     }
 
-    /// Every tensor of a checkpoint, by Hugging Face name, with its shape.
+    /// Dimensions of each head that RoPE rotates (0 where the model has no RoPE).
+    pub fn rotary_dim(&self) -> usize {
+        if self.config.alibi {
+            0
+        } else {
+            self.config.rotary_dim.map_or(self.head_dim(), |r| r as usize)
+        }
+    }
+
+    /// Keys a query sees at most (sliding-window attention on every layer), 0 for all.
+    pub fn window(&self) -> usize {
+        self.config.kv_window().map_or(0, |w| w as usize)
+    }
+
+    /// The Hugging Face names of this model's tensors.
+    pub fn names(&self) -> Names {
+        // phi (the parallel-block family the config parser reads) names its O projection
+        // `dense`, its MLP `fc1`/`fc2` and its final norm `final_layernorm`.
+        let phi = self.config.parallel_block;
+        Names {
+            o: if phi { "self_attn.dense" } else { "self_attn.o_proj" },
+            up: if phi { "mlp.fc1" } else { "mlp.up_proj" },
+            down: if phi { "mlp.fc2" } else { "mlp.down_proj" },
+            final_norm: if phi { "model.final_layernorm" } else { "model.norm" },
+        }
+    }
+
+    /// Every tensor of a checkpoint, by Hugging Face name, with its shape: the Llama
+    /// layout, plus biases, LayerNorm biases, Qwen3's query/key norms and phi's names
+    /// where the config has them.
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
         let c = &self.config;
         let (h, d, i) = (c.hidden_size as usize, c.head_dim as usize, c.intermediate_size as usize);
         let (q, kv) = (c.num_attention_heads as usize * d, c.num_key_value_heads as usize * d);
+        let names = self.names();
+        let ln = c.norm == Norm::Layer;
         let mut v = vec![("model.embed_tokens.weight".to_string(), vec![self.vocab(), h])];
+        let linear = |v: &mut Vec<(String, Vec<usize>)>, name: String, out: usize, inp: usize, bias: bool| {
+            v.push((format!("{name}.weight"), vec![out, inp]));
+            if bias {
+                v.push((format!("{name}.bias"), vec![out]));
+            }
+        };
+        let norm = |v: &mut Vec<(String, Vec<usize>)>, name: String| {
+            v.push((format!("{name}.weight"), vec![h]));
+            if ln {
+                v.push((format!("{name}.bias"), vec![h]));
+            }
+        };
         for l in 0..self.layers() {
             let p = format!("model.layers.{l}");
-            v.push((format!("{p}.input_layernorm.weight"), vec![h]));
-            v.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
-            v.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
-            v.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
-            v.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
-            v.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
-            v.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h]));
-            v.push((format!("{p}.mlp.up_proj.weight"), vec![i, h]));
-            v.push((format!("{p}.mlp.down_proj.weight"), vec![h, i]));
+            norm(&mut v, format!("{p}.input_layernorm"));
+            linear(&mut v, format!("{p}.self_attn.q_proj"), q, h, c.biases.qkv);
+            linear(&mut v, format!("{p}.self_attn.k_proj"), kv, h, c.biases.qkv);
+            linear(&mut v, format!("{p}.self_attn.v_proj"), kv, h, c.biases.qkv);
+            if c.qk_norm {
+                v.push((format!("{p}.self_attn.q_norm.weight"), vec![d]));
+                v.push((format!("{p}.self_attn.k_norm.weight"), vec![d]));
+            }
+            linear(&mut v, format!("{p}.{}", names.o), h, q, c.biases.o);
+            if !c.parallel_block {
+                norm(&mut v, format!("{p}.post_attention_layernorm"));
+            }
+            if c.gated_mlp {
+                linear(&mut v, format!("{p}.mlp.gate_proj"), i, h, c.biases.mlp);
+            }
+            linear(&mut v, format!("{p}.{}", names.up), i, h, c.biases.mlp);
+            linear(&mut v, format!("{p}.{}", names.down), h, i, c.biases.mlp);
         }
-        v.push(("model.norm.weight".into(), vec![h]));
+        norm(&mut v, names.final_norm.to_string());
         if !self.numerics.tie_word_embeddings {
             v.push(("lm_head.weight".into(), vec![self.vocab(), h]));
         }
+        if c.biases.lm_head {
+            v.push(("lm_head.bias".into(), vec![self.vocab()]));
+        }
         v
+    }
+}
+
+/// Where a model family keeps the tensors whose names differ from Llama's.
+#[derive(Debug, Clone, Copy)]
+pub struct Names {
+    pub o: &'static str,
+    pub up: &'static str,
+    pub down: &'static str,
+    pub final_norm: &'static str,
+}
+
+/// Why the CPU executor cannot run `cfg`, if it cannot: it runs the Llama layout and the
+/// departures the DAG models that change only kernels (LayerNorm, GELU, plain MLPs,
+/// biases, parallel blocks, partial rotary, query/key norms, a sliding window on every
+/// layer, tied embeddings). Mixture-of-experts, ALiBi and Gemma-2's sandwich norms (with
+/// its embedding scale and soft-capping, which the DAG does not carry) it refuses.
+pub fn cpu_departure(cfg: &ModelConfig) -> Option<&'static str> {
+    if cfg.moe.is_some() {
+        Some("mixture-of-experts")
+    } else if cfg.alibi {
+        Some("ALiBi")
+    } else if cfg.sandwich_norms {
+        Some("sandwich norms (Gemma-2)")
+    } else if cfg.sliding_window.is_some() && cfg.kv_window().is_none() {
+        Some("a sliding window on some layers only")
+    } else if cfg.qk_norm && cfg.norm == Norm::Layer {
+        Some("query/key LayerNorms")
+    } else {
+        None
     }
 }
 
@@ -194,7 +285,9 @@ impl HostWeights {
         let gen = |name: &str, shape: &[usize]| {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(name_seed(seed, name));
             let n: usize = shape.iter().product();
-            if shape.len() == 1 {
+            if name.ends_with(".bias") {
+                (0..n).map(|_| bf16::from_f32(rng.random_range(-0.1..0.1))).collect()
+            } else if shape.len() == 1 {
                 (0..n).map(|_| bf16::from_f32(1.0 + rng.random_range(-0.1..0.1))).collect()
             } else {
                 let a = if name.contains("embed") { 1.0 } else { (3.0 / shape[1] as f32).sqrt() };

@@ -137,7 +137,7 @@ pub fn measure_peak(b: &dyn Backend, device: DeviceId) -> Result<f64, ExecError>
     let s = b.stream(device, 0)?;
     let mut best = 0.0f64;
     for _ in 0..if b.kind() == "cuda" { 8 } else { 4 } {
-        let t = b.launch(s, Kernel::Gemm { x, w, y, m, n, k }, &[])?.wait()?;
+        let t = b.launch(s, Kernel::Gemm { bias: None, x, w, y, m, n, k }, &[])?.wait()?;
         let ns = if t.busy_ns > 0 { t.busy_ns } else { t.duration_ns() };
         best = best.max(2.0 * (m * n * k) as f64 / ns.max(1) as f64);
     }

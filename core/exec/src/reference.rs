@@ -3,6 +3,7 @@
 
 use crate::model::{ExecModel, HostWeights};
 use crate::ExecError;
+use slicesched_model::{Act, Norm};
 
 fn f(v: &[half::bf16]) -> Vec<f64> {
     v.iter().map(|x| x.to_f64()).collect()
@@ -40,19 +41,52 @@ pub fn rope(v: &mut [f64], pos: usize, inv_freq: &[f64]) {
     }
 }
 
+pub fn layernorm(x: &[f64], w: &[f64], b: &[f64], eps: f64) -> Vec<f64> {
+    let width = w.len();
+    x.chunks(width)
+        .flat_map(|r| {
+            let mean = r.iter().sum::<f64>() / width as f64;
+            let var = r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / width as f64;
+            let inv = 1.0 / (var + eps).sqrt();
+            r.iter().zip(w).zip(b).map(move |((v, w), b)| (v - mean) * inv * w + b).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 pub fn silu_mul(g: f64, u: f64) -> f64 {
     g / (1.0 + (-g).exp()) * u
 }
 
-/// Causal GQA attention of one sequence: `q[n][H·D]`, `k`/`v` `[n][KVH·D]`.
-pub fn attention(q: &[f64], k: &[f64], v: &[f64], n: usize, heads: usize, kv_heads: usize, d: usize) -> Vec<f64> {
+/// The activation `a` of `v` (exact GELU through erf, or its tanh approximation).
+pub fn act(a: Act, v: f64) -> f64 {
+    match a {
+        Act::Silu => v / (1.0 + (-v).exp()),
+        Act::Gelu => 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
+        Act::GeluTanh => 0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh()),
+    }
+}
+
+/// Causal GQA attention of one sequence: `q[n][H·D]`, `k`/`v` `[n][KVH·D]`; a query sees
+/// the last `window` keys up to itself (all of them where `window` is 0).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    n: usize,
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    window: usize,
+) -> Vec<f64> {
     let g = heads / kv_heads;
     let mut out = vec![0.0; n * heads * d];
     for t in 0..n {
         for h in 0..heads {
             let kh = h / g;
             let qv = &q[t * heads * d + h * d..][..d];
-            let s: Vec<f64> = (0..=t)
+            let first = if window > 0 { (t + 1).saturating_sub(window) } else { 0 };
+            let s: Vec<f64> = (first..=t)
                 .map(|j| {
                     qv.iter().zip(&k[j * kv_heads * d + kh * d..][..d]).map(|(a, b)| a * b).sum::<f64>()
                         / (d as f64).sqrt()
@@ -61,7 +95,7 @@ pub fn attention(q: &[f64], k: &[f64], v: &[f64], n: usize, heads: usize, kv_hea
             let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
             let z: f64 = e.iter().sum();
-            for (j, p) in e.iter().enumerate() {
+            for (j, p) in (first..).zip(&e) {
                 for i in 0..d {
                     out[t * heads * d + h * d + i] += p / z * v[j * kv_heads * d + kh * d + i];
                 }
@@ -78,34 +112,74 @@ pub fn forward(model: &ExecModel, w: &HostWeights, tokens: &[i32]) -> Result<Vec
     let (qh, kvh, inter) =
         (c.num_attention_heads as usize, c.num_key_value_heads as usize, c.intermediate_size as usize);
     let eps = model.numerics.rms_norm_eps;
-    let inv = model.numerics.inv_freq(d);
-    let emb = f(&w.get("model.embed_tokens.weight")?.data);
+    let rot = model.rotary_dim();
+    let inv = model.numerics.inv_freq(rot.max(2));
+    let names = model.names();
+    let t = |name: &str| w.get(name).map(|t| f(&t.data));
+    let norm = |x: &[f64], name: &str| -> Result<Vec<f64>, ExecError> {
+        let wt = t(&format!("{name}.weight"))?;
+        Ok(match c.norm {
+            Norm::Layer => layernorm(x, &wt, &t(&format!("{name}.bias"))?, eps),
+            Norm::Rms => rmsnorm(x, &wt, eps),
+        })
+    };
+    let linear = |x: &[f64], name: &str, out: usize, inp: usize, bias: bool| -> Result<Vec<f64>, ExecError> {
+        let mut y = gemm(x, &t(&format!("{name}.weight"))?, n, out, inp);
+        if bias {
+            let b = t(&format!("{name}.bias"))?;
+            y.chunks_mut(out).for_each(|r| r.iter_mut().zip(&b).for_each(|(y, b)| *y += b));
+        }
+        Ok(y)
+    };
+    let emb = t("model.embed_tokens.weight")?;
     let mut x: Vec<f64> = tokens.iter().flat_map(|&t| emb[t as usize * h..(t as usize + 1) * h].to_vec()).collect();
     for l in 0..model.layers() {
-        let p = |s: &str| w.get(&format!("model.layers.{l}.{s}")).map(|t| f(&t.data));
-        let xn = rmsnorm(&x, &p("input_layernorm.weight")?, eps);
-        let mut q = gemm(&xn, &p("self_attn.q_proj.weight")?, n, qh * d, h);
-        let mut k = gemm(&xn, &p("self_attn.k_proj.weight")?, n, kvh * d, h);
-        let v = gemm(&xn, &p("self_attn.v_proj.weight")?, n, kvh * d, h);
-        for t in 0..n {
-            for hh in 0..qh {
-                rope(&mut q[(t * qh + hh) * d..][..d], t, &inv);
-            }
-            for hh in 0..kvh {
-                rope(&mut k[(t * kvh + hh) * d..][..d], t, &inv);
+        let p = |s: &str| format!("model.layers.{l}.{s}");
+        let xn = norm(&x, &p("input_layernorm"))?;
+        let mut q = linear(&xn, &p("self_attn.q_proj"), qh * d, h, c.biases.qkv)?;
+        let mut k = linear(&xn, &p("self_attn.k_proj"), kvh * d, h, c.biases.qkv)?;
+        let v = linear(&xn, &p("self_attn.v_proj"), kvh * d, h, c.biases.qkv)?;
+        if c.qk_norm {
+            let (qw, kw) = (t(&p("self_attn.q_norm.weight"))?, t(&p("self_attn.k_norm.weight"))?);
+            q = q.chunks(d).flat_map(|hd| rmsnorm(hd, &qw, eps)).collect();
+            k = k.chunks(d).flat_map(|hd| rmsnorm(hd, &kw, eps)).collect();
+        }
+        if rot > 0 {
+            for tk in 0..n {
+                for hh in 0..qh {
+                    rope(&mut q[(tk * qh + hh) * d..][..rot], tk, &inv);
+                }
+                for hh in 0..kvh {
+                    rope(&mut k[(tk * kvh + hh) * d..][..rot], tk, &inv);
+                }
             }
         }
-        let a = attention(&q, &k, &v, n, qh, kvh, d);
-        let o = gemm(&a, &p("self_attn.o_proj.weight")?, n, h, qh * d);
-        x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-        let xn = rmsnorm(&x, &p("post_attention_layernorm.weight")?, eps);
-        let g = gemm(&xn, &p("mlp.gate_proj.weight")?, n, inter, h);
-        let u = gemm(&xn, &p("mlp.up_proj.weight")?, n, inter, h);
-        let act: Vec<f64> = g.iter().zip(&u).map(|(g, u)| silu_mul(*g, *u)).collect();
-        let dn = gemm(&act, &p("mlp.down_proj.weight")?, n, h, inter);
-        x.iter_mut().zip(&dn).for_each(|(x, o)| *x += o);
+        let a = attention(&q, &k, &v, n, qh, kvh, d, model.window());
+        let o = linear(&a, &p(names.o), h, qh * d, c.biases.o)?;
+        let mlp = |xn: &[f64]| -> Result<Vec<f64>, ExecError> {
+            let up = linear(xn, &p(names.up), inter, h, c.biases.mlp)?;
+            let a: Vec<f64> = if c.gated_mlp {
+                let g = linear(xn, &p("mlp.gate_proj"), inter, h, c.biases.mlp)?;
+                g.iter().zip(&up).map(|(g, u)| act(c.activation, *g) * u).collect()
+            } else {
+                up.iter().map(|u| act(c.activation, *u)).collect()
+            };
+            linear(&a, &p(names.down), h, inter, c.biases.mlp)
+        };
+        if c.parallel_block {
+            let m = mlp(&xn)?;
+            x.iter_mut().zip(o.iter().zip(&m)).for_each(|(x, (o, m))| *x += o + m);
+        } else {
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            let m = mlp(&norm(&x, &p("post_attention_layernorm"))?)?;
+            x.iter_mut().zip(&m).for_each(|(x, o)| *x += o);
+        }
     }
-    let xn = rmsnorm(&x, &f(&w.get("model.norm.weight")?.data), eps);
-    let logits = gemm(&xn, &f(&w.lm_head(model)?.data), n, model.vocab(), h);
+    let xn = norm(&x, names.final_norm)?;
+    let mut logits = gemm(&xn, &f(&w.lm_head(model)?.data), n, model.vocab(), h);
+    if c.biases.lm_head {
+        let b = t("lm_head.bias")?;
+        logits.chunks_mut(model.vocab()).for_each(|r| r.iter_mut().zip(&b).for_each(|(y, b)| *y += b));
+    }
     Ok(logits.chunks(model.vocab()).map(|r| r.to_vec()).collect())
 }

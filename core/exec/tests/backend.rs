@@ -22,7 +22,7 @@ fn cross_device_copy_waits_for_its_producer() {
     let (x, w, y) = gemm_work(&b, DeviceId(0), n);
     b.upload(x, &HostData::Bf16(random_bf16(n * n, 1, 1.0))).unwrap();
     b.upload(w, &HostData::Bf16(random_bf16(n * n, 2, 1.0))).unwrap();
-    let g = b.launch(s0, Kernel::Gemm { x, w, y, m: n, n, k: n }, &[]).unwrap();
+    let g = b.launch(s0, Kernel::Gemm { bias: None, x, w, y, m: n, n, k: n }, &[]).unwrap();
     let dst = View::whole(b.alloc(DeviceId(1), Arena::Workspace, Dtype::Bf16, n * n).unwrap(), n * n);
     let c = b.copy(s1, y, dst, std::slice::from_ref(&g)).unwrap();
     let (tg, tc) = (g.wait().unwrap(), c.wait().unwrap());
@@ -38,7 +38,7 @@ fn kernels_refuse_buffers_of_another_device_and_failures_propagate() {
     let s0 = b.stream(DeviceId(0), 0).unwrap();
     let (x, w, _) = gemm_work(&b, DeviceId(0), 8);
     let y1 = View::whole(b.alloc(DeviceId(1), Arena::Workspace, Dtype::Bf16, 64).unwrap(), 64);
-    let e = b.launch(s0, Kernel::Gemm { x, w, y: y1, m: 8, n: 8, k: 8 }, &[]).unwrap_err().to_string();
+    let e = b.launch(s0, Kernel::Gemm { bias: None, x, w, y: y1, m: 8, n: 8, k: 8 }, &[]).unwrap_err().to_string();
     assert!(e.contains("cpu:1") && e.contains("copy it first"), "{e}");
     // A kernel that fails (bad id) fails the work that waits on it, with the cause.
     let ids = View::whole(b.alloc(DeviceId(0), Arena::Workspace, Dtype::I32, 1).unwrap(), 1);
@@ -66,7 +66,8 @@ fn a_waiting_urgent_kernel_goes_before_queued_background_work() {
     let (blk, lo, hi) =
         (b.stream(DeviceId(0), 0).unwrap(), b.stream(DeviceId(0), 5).unwrap(), b.stream(DeviceId(0), -5).unwrap());
     let (bx, bw, by) = gemm_work(&b, DeviceId(0), 1024);
-    let blocker = b.launch(blk, Kernel::Gemm { x: bx, w: bw, y: by, m: 1024, n: 1024, k: 1024 }, &[]).unwrap();
+    let blocker =
+        b.launch(blk, Kernel::Gemm { bias: None, x: bx, w: bw, y: by, m: 1024, n: 1024, k: 1024 }, &[]).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(5));
     let n = 64;
     let (x, w, _) = gemm_work(&b, DeviceId(0), n);
@@ -74,9 +75,9 @@ fn a_waiting_urgent_kernel_goes_before_queued_background_work() {
         .map(|_| View::whole(b.alloc(DeviceId(0), Arena::Workspace, Dtype::Bf16, n * n).unwrap(), n * n))
         .collect();
     let lo_evs: Vec<Event> =
-        outs.iter().map(|&y| b.launch(lo, Kernel::Gemm { x, w, y, m: n, n, k: n }, &[]).unwrap()).collect();
+        outs.iter().map(|&y| b.launch(lo, Kernel::Gemm { bias: None, x, w, y, m: n, n, k: n }, &[]).unwrap()).collect();
     let (x2, w2, y2) = gemm_work(&b, DeviceId(0), n);
-    let urgent = b.launch(hi, Kernel::Gemm { x: x2, w: w2, y: y2, m: n, n, k: n }, &[]).unwrap();
+    let urgent = b.launch(hi, Kernel::Gemm { bias: None, x: x2, w: w2, y: y2, m: n, n, k: n }, &[]).unwrap();
     let blocked = blocker.wait().unwrap();
     let urgent = urgent.wait().unwrap();
     let lo_t: Vec<Timing> = lo_evs.iter().map(|e| e.wait().unwrap()).collect();

@@ -11,7 +11,8 @@ use slicesched_exec::runner::{ExecBatch, LayerRange, OpPlace, Runner, SeqWork};
 use slicesched_model::{OpKind, Segment};
 
 /// The groups each op of the tenant may run on, given its copies' ranges.
-fn allowed(ranges: &[LayerRange], kind: OpKind, seg: Segment) -> Vec<usize> {
+/// `layer_rope`: the RoPE op carries layer weights (Qwen3's query/key norms).
+fn allowed(ranges: &[LayerRange], kind: OpKind, seg: Segment, layer_rope: bool) -> Vec<usize> {
     (0..ranges.len())
         .filter(|&g| {
             let r = ranges[g];
@@ -28,6 +29,7 @@ fn allowed(ranges: &[LayerRange], kind: OpKind, seg: Segment) -> Vec<usize> {
                     | OpKind::DownProj,
                     Segment::Layer(l),
                 ) => r.has_layer(l as usize),
+                (OpKind::Rope, Segment::Layer(l)) if layer_rope => r.has_layer(l as usize),
                 _ => true,
             }
         })
@@ -48,7 +50,10 @@ struct World<'b> {
 }
 
 fn world(backend: &slicesched_exec::CpuBackend, tp: usize) -> World<'_> {
-    let m = micro();
+    world_of(backend, tp, micro())
+}
+
+fn world_of(backend: &slicesched_exec::CpuBackend, tp: usize, m: slicesched_exec::model::ExecModel) -> World<'_> {
     let w = weights(&m);
     let mut r = Runner::new(backend);
     let dev = |base: u32| devices(&(0..tp as u32).map(|i| base + i).collect::<Vec<_>>());
@@ -63,7 +68,7 @@ fn world(backend: &slicesched_exec::CpuBackend, tp: usize) -> World<'_> {
         ranges.push(range);
     }
     // Another tenant (other weights) at home on the devices A borrows.
-    let mut mb = micro();
+    let mut mb = m.clone();
     mb.config.name = "other".into();
     let wb = slicesched_exec::model::HostWeights::random(&mb, 99);
     let b = r.load_tenant(mb, &wb, &dev(tp as u32), 16).unwrap();
@@ -123,8 +128,13 @@ fn generate_beside(
 }
 
 fn check(tp: usize, cases: u32) {
+    check_model(tp, cases, micro())
+}
+
+fn check_model(tp: usize, cases: u32, m: slicesched_exec::model::ExecModel) {
     let backend = backend(2 * tp);
-    let mut w = world(&backend, tp);
+    let layer_rope = m.config.qk_norm;
+    let mut w = world_of(&backend, tp, m);
     let p = prompt(11, 96, 3);
     let (want_toks, want_logits) = generate_beside(&mut w, &p, 4, &home, 0);
     let ranges = w.ranges.clone();
@@ -133,7 +143,7 @@ fn check(tp: usize, cases: u32) {
     runner
         .run(&(any::<u64>(), 0usize..24), |(seed, b_len)| {
             let place = |i: u32, k: OpKind, s: Segment| {
-                let ok = allowed(&ranges, k, s);
+                let ok = allowed(&ranges, k, s, layer_rope);
                 let h = mix(seed, i as u64);
                 OpPlace { group: ok[(h % ok.len() as u64) as usize], priority: ((h >> 32) % 3) as i32 - 1 }
             };
@@ -156,6 +166,16 @@ fn greedy_tokens_do_not_depend_on_placement_or_neighbours() {
 #[test]
 fn tensor_parallel_tenants_are_invariant_too() {
     check(2, 8);
+}
+
+/// phi's layout (biases, LayerNorm, parallel blocks, partial rotary) and Qwen3's (whose
+/// RoPE op norms heads with the layer's weights, so it runs only where they are).
+#[test]
+fn other_layouts_are_invariant_too() {
+    for family in ["phi", "qwen3"] {
+        check_model(1, 8, arch(family));
+    }
+    check_model(2, 4, arch("phi"));
 }
 
 /// A's greedy generation at home with more of A's own sequences in every batch: one of

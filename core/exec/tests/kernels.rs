@@ -59,7 +59,7 @@ fn gemm_matches_f64_with_bf16_and_f32_outputs() {
         let (xv, wv) = (k.put(HostData::Bf16(x)), k.put(HostData::Bf16(w)));
         for dt in [Dtype::Bf16, Dtype::F32] {
             let y = k.out(dt, m * n);
-            k.run(Kernel::Gemm { x: xv, w: wv, y, m, n, k: kk }).unwrap();
+            k.run(Kernel::Gemm { bias: None, x: xv, w: wv, y, m, n, k: kk }).unwrap();
             let e = rel(&k.bf(y), &want);
             let tol = if dt == Dtype::F32 { 1e-5 } else { 4e-3 };
             assert!(e < tol, "{m}x{n}x{kk} {dt:?}: {e}");
@@ -135,7 +135,7 @@ fn rope_matches_f64_with_llama3_scaling() {
     let qkv = k.put(HostData::Bf16(x.clone()));
     let pos = [0, 1, 5, 17, 100, 255];
     let positions = k.put(HostData::I32(pos.to_vec()));
-    k.run(Kernel::Rope { qkv, positions, table, tokens, heads, max_pos }).unwrap();
+    k.run(Kernel::Rope { qkv, positions, table, tokens, heads, max_pos, rotary: heads.dim }).unwrap();
     let got = k.bf(qkv);
     let mut want = f(&x);
     for t in 0..tokens {
@@ -147,7 +147,7 @@ fn rope_matches_f64_with_llama3_scaling() {
         assert!((a - b).abs() <= b.abs() * 8e-3 + 2e-3, "rope {a} vs {b}");
     }
     let far = k.put(HostData::I32(vec![256; tokens]));
-    assert!(k.run(Kernel::Rope { qkv, positions: far, table, tokens, heads, max_pos }).is_err());
+    assert!(k.run(Kernel::Rope { qkv, positions: far, table, tokens, heads, max_pos, rotary: heads.dim }).is_err());
 }
 
 #[test]
@@ -179,34 +179,38 @@ fn paged_attention_prefill_chunks_and_decodes_with_gqa() {
     let tables = k.put(HostData::I32(vec![5, 1, -1, 0, 7, 3]));
     let q_start = k.put(HostData::I32(vec![0, q_a as i32, q_a as i32 + 1]));
     let ctx = k.put(HostData::I32(vec![hist_a as i32, hist_b as i32]));
-    let out = k.out(Dtype::Bf16, (q_a + 1) * heads.q * heads.dim);
-    k.run(Kernel::Attention {
-        qkv,
-        cache: cache_v,
-        block_tables: tables,
-        q_start,
-        ctx_lens: ctx,
-        out,
-        seqs: 2,
-        max_blocks: 3,
-        heads,
-    })
-    .unwrap();
-    let got = k.bf(out);
-    // The reference sees each sequence whole: queries at the history's last positions.
-    for (kv, n, q_rows, row0) in [(&kv_a, hist_a, q_a, 0usize), (&kv_b, hist_b, 1, q_a)] {
-        let kk: Vec<f64> = (0..n).flat_map(|t| f(&kv[t * 2 * kvw..t * 2 * kvw + kvw])).collect();
-        let vv: Vec<f64> = (0..n).flat_map(|t| f(&kv[t * 2 * kvw + kvw..(t + 1) * 2 * kvw])).collect();
-        let mut qq = vec![0.0; n * heads.q * heads.dim];
-        for j in 0..q_rows {
-            let src = &q[(row0 + j) * heads.row()..][..heads.q * heads.dim];
-            qq[(n - q_rows + j) * heads.q * heads.dim..][..heads.q * heads.dim].copy_from_slice(&f(src));
+    // Every key, and a sliding window of 7 (reaching back across a block boundary).
+    for window in [0, 7] {
+        let out = k.out(Dtype::Bf16, (q_a + 1) * heads.q * heads.dim);
+        k.run(Kernel::Attention {
+            qkv,
+            cache: cache_v,
+            block_tables: tables,
+            q_start,
+            ctx_lens: ctx,
+            out,
+            seqs: 2,
+            max_blocks: 3,
+            heads,
+            window,
+        })
+        .unwrap();
+        let got = k.bf(out);
+        // The reference sees each sequence whole: queries at the history's last positions.
+        for (kv, n, q_rows, row0) in [(&kv_a, hist_a, q_a, 0usize), (&kv_b, hist_b, 1, q_a)] {
+            let kk: Vec<f64> = (0..n).flat_map(|t| f(&kv[t * 2 * kvw..t * 2 * kvw + kvw])).collect();
+            let vv: Vec<f64> = (0..n).flat_map(|t| f(&kv[t * 2 * kvw + kvw..(t + 1) * 2 * kvw])).collect();
+            let mut qq = vec![0.0; n * heads.q * heads.dim];
+            for j in 0..q_rows {
+                let src = &q[(row0 + j) * heads.row()..][..heads.q * heads.dim];
+                qq[(n - q_rows + j) * heads.q * heads.dim..][..heads.q * heads.dim].copy_from_slice(&f(src));
+            }
+            let want = r::attention(&qq, &kk, &vv, n, heads.q, heads.kv, heads.dim, window);
+            let w = &want[(n - q_rows) * heads.q * heads.dim..];
+            let g = &got[row0 * heads.q * heads.dim..(row0 + q_rows) * heads.q * heads.dim];
+            let e = rel(g, w);
+            assert!(e < 1e-2, "window {window}: attention rel err {e}");
         }
-        let want = r::attention(&qq, &kk, &vv, n, heads.q, heads.kv, heads.dim);
-        let w = &want[(n - q_rows) * heads.q * heads.dim..];
-        let g = &got[row0 * heads.q * heads.dim..(row0 + q_rows) * heads.q * heads.dim];
-        let e = rel(g, w);
-        assert!(e < 1e-2, "attention rel err {e}");
     }
 }
 
@@ -244,7 +248,7 @@ fn gemms_are_exact_enough_and_batch_invariant() {
         let want = r::gemm(&f(&x), &f(&w), m, n, kk);
         let xv = k.put(HostData::Bf16(x));
         let y = k.out(Dtype::F32, m * n);
-        k.run(Kernel::Gemm { x: xv, w: wv, y, m, n, k: kk }).unwrap();
+        k.run(Kernel::Gemm { bias: None, x: xv, w: wv, y, m, n, k: kk }).unwrap();
         let got = k.bf(y);
         let e = rel(&got, &want);
         assert!(e < 1e-5, "m = {m}: {e}");

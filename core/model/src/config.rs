@@ -139,7 +139,17 @@ const CONFIG_PRESETS: &[(&str, &str)] = &[
     ("phi-2", include_str!("../configs/phi-2.json")),
     ("llama-3.1-70b", include_str!("../configs/llama-3.1-70b.json")),
     ("mistral-7b-v0.1", include_str!("../configs/mistral-7b-v0.1.json")),
+    // Tiny models of two other layouts the CPU executor runs in CI (written here, in the
+    // published configs' form): phi's and Qwen3's.
+    ("tiny-phi", include_str!("../configs/tiny-phi.json")),
+    ("tiny-qwen3", include_str!("../configs/tiny-qwen3.json")),
 ];
+
+/// The `config.json` text behind a preset read from one (None for the Llama-layout
+/// table's): where an executor reads the numerics the shapes leave out (RoPE θ, norm ε).
+pub fn preset_config_json(name: &str) -> Option<&'static str> {
+    CONFIG_PRESETS.iter().find(|p| p.0 == name).map(|p| p.1)
+}
 
 /// Every preset's name, the Llama-layout table's first.
 pub fn preset_names() -> Vec<&'static str> {

@@ -17,7 +17,7 @@ mod moe;
 mod ops;
 
 pub use arch::{Act, Biases, Moe, Norm, MAX_EXPERT_UNITS};
-pub use config::{preset_names, Dtype, ModelConfig, ModelError, Preset, PRESETS};
+pub use config::{preset_config_json, preset_names, Dtype, ModelConfig, ModelError, Preset, PRESETS};
 pub use dag::{DecodeItem, IterationBatch, IterationDag, OpRef, PrefillItem, Segment};
 pub use hf::{COST_NEUTRAL_KEYS, MODEL_TYPES, UNDERSTOOD_KEYS};
 pub use ops::{AttnShape, OpKind, OpShape, OpSpec};

@@ -161,17 +161,19 @@ fn gemm_row(b: &CpuBackend, (m, n, k): (usize, usize, usize), reps: usize) -> Re
     b.upload(w, &HostData::Bf16(wb.clone()))?;
     let s = b.stream(dev, 0)?;
     let mut err = None;
-    let backend = best_ns(reps, || match b.launch(s, Kernel::Gemm { x, w, y, m, n, k }, &[]).and_then(|e| e.wait()) {
-        Ok(t) => {
-            if t.busy_ns > 0 {
-                t.busy_ns
-            } else {
-                t.duration_ns()
+    let backend = best_ns(reps, || {
+        match b.launch(s, Kernel::Gemm { bias: None, x, w, y, m, n, k }, &[]).and_then(|e| e.wait()) {
+            Ok(t) => {
+                if t.busy_ns > 0 {
+                    t.busy_ns
+                } else {
+                    t.duration_ns()
+                }
             }
-        }
-        Err(e) => {
-            err = Some(e);
-            1
+            Err(e) => {
+                err = Some(e);
+                1
+            }
         }
     });
     for v in [x, w, y] {

@@ -116,11 +116,48 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                 dst[i * width..(i + 1) * width].copy_from_slice(&x[r * width..(r + 1) * width]);
             }
         }
-        Kernel::Gemm { x, w, y, m, n, k } => gemm(ins.bf16(*x)?, ins.bf16(*w)?, out, *y, (*m, *n, *k), s)?,
-        Kernel::Rope { positions, table, tokens, heads, max_pos, qkv } => {
+        Kernel::Gemm { x, w, bias, y, m, n, k } => {
+            let bias = bias.map(|b| ins.bf16(b)).transpose()?;
+            gemm(ins.bf16(*x)?, ins.bf16(*w)?, bias, out, *y, (*m, *n, *k), s)?
+        }
+        Kernel::LayerNorm { x, weight, bias, out: o, rows, width, eps } => {
+            let (x, w, b) = (ins.bf16(*x)?, ins.bf16(*weight)?, ins.bf16(*bias)?);
+            let dst = out_bf16(out, *o)?;
+            need("layernorm x", x.len(), rows * width)?;
+            need("layernorm out", dst.len(), rows * width)?;
+            need("layernorm weight", w.len().min(b.len()), *width)?;
+            for r in 0..*rows {
+                let row = &x[r * width..(r + 1) * width];
+                let mean = row.iter().map(|v| v.to_f32()).sum::<f32>() / *width as f32;
+                let var = row.iter().map(|v| (v.to_f32() - mean).powi(2)).sum::<f32>() / *width as f32;
+                let inv = 1.0 / (var + eps).sqrt();
+                for i in 0..*width {
+                    dst[r * width + i] = bf16::from_f32((row[i].to_f32() - mean) * inv * w[i].to_f32() + b[i].to_f32());
+                }
+            }
+        }
+        Kernel::HeadNorm { qkv, q_weight, k_weight, tokens, heads, eps } => {
+            let (qw, kw) = (ins.bf16(*q_weight)?, ins.bf16(*k_weight)?);
+            let dst = out_bf16(out, *qkv)?;
+            let d = heads.dim;
+            need("head_norm qkv", dst.len(), tokens * heads.row())?;
+            need("head_norm weights", qw.len().min(kw.len()), d)?;
+            for t in 0..*tokens {
+                for head in 0..heads.q + heads.kv {
+                    let w = if head < heads.q { qw } else { kw };
+                    let v = &mut dst[t * heads.row() + head * d..t * heads.row() + (head + 1) * d];
+                    let ms = v.iter().map(|x| x.to_f32() * x.to_f32()).sum::<f32>() / d as f32;
+                    let inv = 1.0 / (ms + eps).sqrt();
+                    for i in 0..d {
+                        v[i] = bf16::from_f32(v[i].to_f32() * inv * w[i].to_f32());
+                    }
+                }
+            }
+        }
+        Kernel::Rope { positions, table, tokens, heads, max_pos, qkv, rotary } => {
             let (pos, tab) = (ins.i32(*positions)?, ins.f32(*table)?);
             let dst = out_bf16(out, *qkv)?;
-            rope(dst, pos, tab, *tokens, *heads, *max_pos)?;
+            rope(dst, pos, tab, *tokens, *heads, *max_pos, *rotary)?;
         }
         Kernel::CacheWrite { qkv, slots, cache, tokens, heads } => {
             let (src, slots) = (ins.bf16(*qkv)?, ins.i32(*slots)?);
@@ -141,7 +178,7 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                 dst[half + at..half + at + w].copy_from_slice(&src[k0 + w..k0 + 2 * w]);
             }
         }
-        Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, out: o, seqs, max_blocks, heads } => {
+        Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, out: o, seqs, max_blocks, heads, window } => {
             let a = AttnArgs {
                 qkv: ins.bf16(*qkv)?,
                 cache: ins.bf16(*cache)?,
@@ -151,6 +188,7 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                 seqs: *seqs,
                 max_blocks: *max_blocks,
                 h: *heads,
+                window: *window,
             };
             attention(&a, out_bf16(out, *o)?, s)?;
         }
@@ -172,6 +210,27 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                     let g = x[r * 2 * inter + i].to_f32();
                     let u = x[r * 2 * inter + inter + i].to_f32();
                     dst[r * inter + i] = bf16::from_f32(g / (1.0 + (-g).exp()) * u);
+                }
+            }
+        }
+        Kernel::Act { x, out: o, rows, inter, act, gated } => {
+            let x = ins.bf16(*x)?;
+            let dst = out_bf16(out, *o)?;
+            let width = if *gated { 2 * inter } else { *inter };
+            need("activation x", x.len(), rows * width)?;
+            need("activation out", dst.len(), rows * inter)?;
+            let f = |v: f32| match act {
+                slicesched_model::Act::Silu => v / (1.0 + (-v).exp()),
+                slicesched_model::Act::Gelu => 0.5 * v * (1.0 + libm::erff(v / std::f32::consts::SQRT_2)),
+                slicesched_model::Act::GeluTanh => {
+                    0.5 * v * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+                }
+            };
+            for r in 0..*rows {
+                for i in 0..*inter {
+                    let a = f(x[r * width + i].to_f32());
+                    let u = if *gated { x[r * width + inter + i].to_f32() } else { 1.0 };
+                    dst[r * inter + i] = bf16::from_f32(a * u);
                 }
             }
         }
@@ -214,6 +273,7 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
 fn gemm(
     x: &[bf16],
     w: &[bf16],
+    bias: Option<&[bf16]>,
     out: &mut Data,
     y: View,
     (m, n, k): (usize, usize, usize),
@@ -226,6 +286,14 @@ fn gemm(
         return Ok(());
     }
     matmul(x, w, (m, n, k), s);
+    if let Some(b) = bias {
+        need("gemm bias", b.len(), n)?;
+        for row in s.y.chunks_mut(n) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v += b.to_f32();
+            }
+        }
+    }
     match out {
         Data::Bf16(d) => {
             let dst = d.get_mut(y.offset..y.offset + m * n).ok_or("gemm output outside its buffer")?;
@@ -250,8 +318,19 @@ pub(crate) fn matmul(x: &[bf16], w: &[bf16], (m, n, k): (usize, usize, usize), s
     super::gemm::gemm(&s.x, w, &mut s.y, m, n, k);
 }
 
-fn rope(qkv: &mut [bf16], pos: &[i32], tab: &[f32], tokens: usize, h: Heads, max_pos: usize) -> Result<(), String> {
-    let half = h.dim / 2;
+fn rope(
+    qkv: &mut [bf16],
+    pos: &[i32],
+    tab: &[f32],
+    tokens: usize,
+    h: Heads,
+    max_pos: usize,
+    rotary: usize,
+) -> Result<(), String> {
+    if rotary > h.dim || rotary % 2 == 1 {
+        return Err(format!("{rotary} rotary dimensions in a head of {}", h.dim));
+    }
+    let half = rotary / 2;
     need("rope qkv", qkv.len(), tokens * h.row())?;
     need("rope table", tab.len(), 2 * max_pos * half)?;
     for t in 0..tokens {
@@ -282,6 +361,7 @@ struct AttnArgs<'a> {
     seqs: usize,
     max_blocks: usize,
     h: Heads,
+    window: usize,
 }
 
 fn attention(a: &AttnArgs, out: &mut [bf16], s: &mut Scratch) -> Result<(), String> {
@@ -310,13 +390,14 @@ fn attention(a: &AttnArgs, out: &mut [bf16], s: &mut Scratch) -> Result<(), Stri
         }
         for (j, row) in (q0..q1).enumerate() {
             let visible = ctx - (q1 - q0) + j + 1;
+            let first = if a.window > 0 { visible.saturating_sub(a.window) } else { 0 };
             for head in 0..h.q {
                 let kvh = head / group;
                 let q = &a.qkv[row * h.row() + head * d..row * h.row() + (head + 1) * d];
                 widen(q, &mut s.x);
                 s.y.clear();
                 let mut max = f32::NEG_INFINITY;
-                for &slot in &slots[..visible] {
+                for &slot in &slots[first..visible] {
                     let k = &a.cache[slot * kvw + kvh * d..slot * kvw + (kvh + 1) * d];
                     let dot: f32 = s.x.iter().zip(k).map(|(q, k)| q * k.to_f32()).sum::<f32>() * scale;
                     max = max.max(dot);
@@ -329,7 +410,7 @@ fn attention(a: &AttnArgs, out: &mut [bf16], s: &mut Scratch) -> Result<(), Stri
                 }
                 s.w.clear();
                 s.w.resize(d, 0.0);
-                for (p, &slot) in s.y.iter().zip(&slots[..visible]) {
+                for (p, &slot) in s.y.iter().zip(&slots[first..visible]) {
                     let v = &a.cache[half + slot * kvw + kvh * d..half + slot * kvw + (kvh + 1) * d];
                     for (acc, v) in s.w.iter_mut().zip(v) {
                         *acc += p * v.to_f32();

@@ -202,6 +202,10 @@ impl Backend for CpuBackend {
     fn kind(&self) -> &'static str {
         "cpu"
     }
+    fn refuses(&self, model: &slicesched_model::ModelConfig) -> Option<String> {
+        crate::model::cpu_departure(model)
+            .map(|what| format!("{}: the CPU backend does not run {what} yet", model.name))
+    }
     fn devices(&self) -> &[DeviceInfo] {
         &self.infos
     }

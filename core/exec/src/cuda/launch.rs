@@ -102,6 +102,13 @@ impl Views<'_> {
     }
 }
 
+/// A kernel (or a feature of one) the CUDA kernel set does not have yet: the models that
+/// need it run on the CPU backend (`Backend::refuses` stops them at load; this guards a
+/// direct launch).
+fn unsupported(what: &str) -> ExecError {
+    ExecError::Launch(format!("{what}: not in the CUDA backend's kernel set (the CPU backend runs it)"))
+}
+
 fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
     use Arg::*;
     use Dtype::*;
@@ -158,7 +165,10 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
             ];
             launch(v.dev.any_module()?, "gather_rows", (int(rows.len)? as u32, 1), args)
         }
-        Kernel::Gemm { x, w, y, m, n, k } => {
+        Kernel::Gemm { x, w, bias, y, m, n, k } => {
+            if bias.is_some() {
+                return Err(unsupported("gemm with a bias"));
+            }
             need("gemm x", x.len, m * k)?;
             need("gemm w", w.len, n * k)?;
             need("gemm y", y.len, m * n)?;
@@ -171,7 +181,10 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
             let (xp, wp, yp) = (v.ptr(*x, Bf16)?, v.ptr(*w, Bf16)?, v.ptr(*y, b.dtype)?);
             Plan::Gemm { x: xp, w: wp, y: yp, y_f32, mnk: (*m, *n, *k) }
         }
-        Kernel::Rope { qkv, positions, table, tokens, heads, max_pos } => {
+        Kernel::Rope { qkv, positions, table, tokens, heads, max_pos, rotary } => {
+            if *rotary != heads.dim {
+                return Err(unsupported("partial rotary"));
+            }
             need("rope qkv", qkv.len, tokens * heads.row())?;
             need("rope table", table.len, 2 * max_pos * (heads.dim / 2))?;
             need("rope positions", positions.len, *tokens)?;
@@ -204,7 +217,10 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
             ];
             launch(v.dev.module(heads.dim)?, "cache_write", (int(*tokens)? as u32, 1), args)
         }
-        Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, out, seqs, max_blocks, heads } => {
+        Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, out, seqs, max_blocks, heads, window } => {
+            if *window != 0 {
+                return Err(unsupported("sliding-window attention"));
+            }
             need("attention q_start", q_start.len, seqs + 1)?;
             need("attention ctx_lens", ctx_lens.len, *seqs)?;
             need("attention block_tables", block_tables.len, seqs * max_blocks)?;
@@ -255,6 +271,9 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
             }
             let args = vec![P(v.ptr(*x, Bf16)?), P(v.ptr(*out, Bf16)?), L(*rows as i64), I(int(*inter)?)];
             launch(v.dev.any_module()?, "silu_mul", (grid_stride(v.dev, rows * inter), 1), args)
+        }
+        Kernel::LayerNorm { .. } | Kernel::HeadNorm { .. } | Kernel::Act { .. } => {
+            return Err(unsupported(k.name()));
         }
         Kernel::Sum { parts, out } => {
             if parts.len() > MAX_SUM_PARTS {

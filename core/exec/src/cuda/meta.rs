@@ -111,8 +111,15 @@ mod tests {
     #[test]
     fn positions_slots_and_gathered_rows_are_bounded() {
         let h = Heads { q: 2, kv: 1, dim: 4 };
-        let rope =
-            Kernel::Rope { qkv: v(1, 64), positions: v(2, 2), table: v(3, 64), tokens: 2, heads: h, max_pos: 16 };
+        let rope = Kernel::Rope {
+            qkv: v(1, 64),
+            positions: v(2, 2),
+            table: v(3, 64),
+            tokens: 2,
+            heads: h,
+            max_pos: 16,
+            rotary: 4,
+        };
         assert!(check(&rope, &reader(HashMap::from([(2, vec![0, 15])]))).is_ok());
         let e = check(&rope, &reader(HashMap::from([(2, vec![0, 16])]))).unwrap_err().to_string();
         assert!(e.contains("position 16 outside the RoPE table of 16"), "{e}");
@@ -140,6 +147,7 @@ mod tests {
             seqs: 1,
             max_blocks: 2,
             heads: h,
+            window: 0,
         };
         let meta =
             |tables: Vec<i32>, qs: Vec<i32>, ctx: Vec<i32>| reader(HashMap::from([(3, tables), (4, qs), (5, ctx)]));

@@ -293,6 +293,8 @@ fn check_op(t: &Tenant, op: &slicesched_model::OpRef, p: OpPlace) -> Result<(), 
             | OpKind::PostAttnNorm
             | OpKind::GateUpProj
             | OpKind::DownProj => layer_of(op.segment).is_some_and(|l| g.range.has_layer(l)),
+            // Qwen3's RoPE op norms the heads first, with the layer's weights.
+            OpKind::Rope if t.model.config.qk_norm => layer_of(op.segment).is_some_and(|l| g.range.has_layer(l)),
             _ => true,
         };
         if !ok {

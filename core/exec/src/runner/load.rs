@@ -42,12 +42,6 @@ pub struct Shard {
 /// slice of the MLP width and of the vocabulary.
 pub fn shard(model: &ExecModel, tp: usize, r: usize) -> Result<Shard, ExecError> {
     let c = &model.config;
-    if let Some(what) = c.departure_from_llama() {
-        return Err(ExecError::Model(format!(
-            "{}: the CPU executor runs the Llama layout (RMSNorm, RoPE, gated SiLU MLP, no biases); this model has {what}",
-            c.name
-        )));
-    }
     c.check_tp(tp as u32).map_err(ExecError::Model)?;
     if !model.vocab().is_multiple_of(tp) {
         return Err(ExecError::Model(format!("vocabulary {} does not split {tp} ways", model.vocab())));
@@ -74,15 +68,34 @@ fn cols_of(t: &HostTensor, cols: std::ops::Range<usize>) -> Vec<bf16> {
     (0..t.shape[0]).flat_map(|r| t.data[r * w + cols.start..r * w + cols.end].iter().copied()).collect()
 }
 
+/// A linear layer's weight on one rank, with its share of the bias (a row-parallel
+/// layer's bias on rank 0 only, so that the all-reduce adds it once).
+#[derive(Debug, Clone, Copy)]
+pub struct Linear {
+    pub w: View,
+    pub bias: Option<View>,
+}
+
+/// A norm's weight, and its bias for a LayerNorm.
+#[derive(Debug, Clone, Copy)]
+pub struct NormBufs {
+    pub weight: View,
+    pub bias: Option<View>,
+}
+
 /// The buffers of one layer on one rank.
 #[derive(Debug, Clone)]
 pub struct LayerBufs {
-    pub input_norm: View,
-    pub qkv: View,
-    pub o: View,
-    pub post_norm: View,
-    pub gate_up: View,
-    pub down: View,
+    pub input_norm: NormBufs,
+    pub qkv: Linear,
+    /// Qwen3's query and key norms (one head wide each).
+    pub qk_norm: Option<(View, View)>,
+    pub o: Linear,
+    /// None in a parallel block (attention and MLP read the input norm).
+    pub post_norm: Option<NormBufs>,
+    /// Gate and up rows (gated MLP), or the up projection alone.
+    pub gate_up: Linear,
+    pub down: Linear,
 }
 
 /// What one rank of a weight copy holds on its device.
@@ -92,8 +105,8 @@ pub struct RankWeights {
     pub shard: Shard,
     pub layers: Vec<Option<LayerBufs>>,
     pub embed: Option<View>,
-    pub final_norm: Option<View>,
-    pub lm_head: Option<View>,
+    pub final_norm: Option<NormBufs>,
+    pub lm_head: Option<Linear>,
     pub rope: View,
     pub bufs: Vec<BufId>,
 }
@@ -151,48 +164,96 @@ fn load_rank_inner(
     range: LayerRange,
     bufs: &mut Vec<BufId>,
 ) -> Result<RankWeights, ExecError> {
+    if let Some(why) = b.refuses(&model.config) {
+        return Err(ExecError::Model(why));
+    }
     for (name, shape) in model.tensor_shapes() {
         check_shape(w, &name, &shape)?;
     }
     let s = shard(model, tp, r)?;
     let d = model.head_dim();
+    let c = &model.config;
+    let names = model.names();
     let heads = |hs: &[usize]| hs.first().map(|&h| h * d..(hs[hs.len() - 1] + 1) * d).unwrap_or(0..0);
+    let up = |data: Vec<bf16>, bufs: &mut Vec<BufId>| put(b, device, Arena::Weights, data, bufs);
+    let vec_of = |name: &str| w.get(name).map(|t| t.data.clone());
+    // Elements `range` of a 1-D tensor (a column-parallel layer's share of its bias).
+    let part = |name: &str, range: std::ops::Range<usize>| w.get(name).map(|t| t.data[range].to_vec());
+    let norm = |name: &str, bufs: &mut Vec<BufId>| -> Result<NormBufs, ExecError> {
+        let weight = up(vec_of(&format!("{name}.weight"))?, bufs)?;
+        let bias = if c.norm == slicesched_model::Norm::Layer {
+            Some(up(vec_of(&format!("{name}.bias"))?, bufs)?)
+        } else {
+            None
+        };
+        Ok(NormBufs { weight, bias })
+    };
     let mut layers = vec![None; model.layers()];
     for (l, slot) in layers.iter_mut().enumerate().take(range.end).skip(range.start) {
         let p = format!("model.layers.{l}");
         let t = |n: &str| w.get(&format!("{p}.{n}"));
+        let (qr, kvr) = (heads(&s.q_heads), heads(&s.kv_heads));
         let mut qkv = Vec::new();
-        rows_of(t("self_attn.q_proj.weight")?, heads(&s.q_heads), &mut qkv);
-        rows_of(t("self_attn.k_proj.weight")?, heads(&s.kv_heads), &mut qkv);
-        rows_of(t("self_attn.v_proj.weight")?, heads(&s.kv_heads), &mut qkv);
+        rows_of(t("self_attn.q_proj.weight")?, qr.clone(), &mut qkv);
+        rows_of(t("self_attn.k_proj.weight")?, kvr.clone(), &mut qkv);
+        rows_of(t("self_attn.v_proj.weight")?, kvr.clone(), &mut qkv);
+        let qkv_bias = if c.biases.qkv {
+            let mut v = part(&format!("{p}.self_attn.q_proj.bias"), qr.clone())?;
+            v.extend(part(&format!("{p}.self_attn.k_proj.bias"), kvr.clone())?);
+            v.extend(part(&format!("{p}.self_attn.v_proj.bias"), kvr.clone())?);
+            Some(v)
+        } else {
+            None
+        };
         let mut gate_up = Vec::new();
-        rows_of(t("mlp.gate_proj.weight")?, s.inter.clone(), &mut gate_up);
-        rows_of(t("mlp.up_proj.weight")?, s.inter.clone(), &mut gate_up);
-        *slot = Some(LayerBufs {
-            input_norm: put(b, device, Arena::Weights, t("input_layernorm.weight")?.data.clone(), bufs)?,
-            qkv: put(b, device, Arena::Weights, qkv, bufs)?,
-            o: put(b, device, Arena::Weights, cols_of(t("self_attn.o_proj.weight")?, heads(&s.q_heads)), bufs)?,
-            post_norm: put(b, device, Arena::Weights, t("post_attention_layernorm.weight")?.data.clone(), bufs)?,
-            gate_up: put(b, device, Arena::Weights, gate_up, bufs)?,
-            down: put(b, device, Arena::Weights, cols_of(t("mlp.down_proj.weight")?, s.inter.clone()), bufs)?,
-        });
+        let mut gate_up_bias = Vec::new();
+        let ups: &[&str] = if c.gated_mlp { &["mlp.gate_proj", names.up] } else { &[names.up] };
+        for u in ups {
+            rows_of(t(&format!("{u}.weight"))?, s.inter.clone(), &mut gate_up);
+            if c.biases.mlp {
+                gate_up_bias.extend(part(&format!("{p}.{u}.bias"), s.inter.clone())?);
+            }
+        }
+        // Row-parallel layers (O, down): the whole bias on rank 0, none elsewhere.
+        let row_bias = |name: &str, on: bool| -> Result<Option<Vec<bf16>>, ExecError> {
+            Ok(if on && r == 0 { Some(vec_of(&format!("{p}.{name}.bias"))?) } else { None })
+        };
+        let o_bias = row_bias(names.o, c.biases.o)?;
+        let down_bias = row_bias(names.down, c.biases.mlp)?;
+        let input_norm = norm(&format!("{p}.input_layernorm"), bufs)?;
+        let qkv = Linear { w: up(qkv, bufs)?, bias: qkv_bias.map(|v| up(v, bufs)).transpose()? };
+        let qk_norm = if c.qk_norm {
+            let q = up(t("self_attn.q_norm.weight")?.data.clone(), bufs)?;
+            Some((q, up(t("self_attn.k_norm.weight")?.data.clone(), bufs)?))
+        } else {
+            None
+        };
+        let o = Linear {
+            w: up(cols_of(t(&format!("{}.weight", names.o))?, qr.clone()), bufs)?,
+            bias: o_bias.map(|v| up(v, bufs)).transpose()?,
+        };
+        let post_norm =
+            if c.parallel_block { None } else { Some(norm(&format!("{p}.post_attention_layernorm"), bufs)?) };
+        let gate_up =
+            Linear { w: up(gate_up, bufs)?, bias: if c.biases.mlp { Some(up(gate_up_bias, bufs)?) } else { None } };
+        let down = Linear {
+            w: up(cols_of(t(&format!("{}.weight", names.down))?, s.inter.clone()), bufs)?,
+            bias: down_bias.map(|v| up(v, bufs)).transpose()?,
+        };
+        *slot = Some(LayerBufs { input_norm, qkv, qk_norm, o, post_norm, gate_up, down });
     }
-    let embed = if range.head {
-        Some(put(b, device, Arena::Weights, w.get("model.embed_tokens.weight")?.data.clone(), bufs)?)
-    } else {
-        None
-    };
+    let embed = if range.head { Some(up(vec_of("model.embed_tokens.weight")?, bufs)?) } else { None };
     let (final_norm, lm_head) = if range.tail {
         let mut lm = Vec::new();
         rows_of(w.lm_head(model)?, s.vocab.clone(), &mut lm);
-        (
-            Some(put(b, device, Arena::Weights, w.get("model.norm.weight")?.data.clone(), bufs)?),
-            Some(put(b, device, Arena::Weights, lm, bufs)?),
-        )
+        let fnorm = norm(names.final_norm, bufs)?;
+        let bias = if c.biases.lm_head { Some(up(part("lm_head.bias", s.vocab.clone())?, bufs)?) } else { None };
+        (Some(fnorm), Some(Linear { w: up(lm, bufs)?, bias }))
     } else {
         (None, None)
     };
-    let table = model.numerics.rope_table(d, model.numerics.max_positions);
+    let rot = model.rotary_dim().max(2);
+    let table = model.numerics.rope_table(rot, model.numerics.max_positions);
     let id = b.alloc(device, Arena::Weights, Dtype::F32, table.len())?;
     bufs.push(id);
     let rope = View::whole(id, table.len());

@@ -2,6 +2,7 @@
 //! GEMMs, RoPE, cache write + attention, activation, the LM head), with its workspace.
 
 use super::iter::{Build, Loc, OpRec, Part};
+use super::load::{Linear, NormBufs};
 use super::Tenant;
 use crate::backend::{Dtype, Event, StreamId, View};
 use crate::kernels::{Heads, Kernel};
@@ -37,14 +38,20 @@ pub(super) fn launch_op(
     };
     let gemm = |bld: &mut Build,
                 x: View,
-                w: View,
+                w: Linear,
                 n: usize,
                 k: usize,
                 dtype: Dtype,
                 m: usize|
      -> Result<(View, Kernel), ExecError> {
         let y = bld.alloc(dev, dtype, m * n)?;
-        Ok((y, Kernel::Gemm { x, w, y, m, n, k }))
+        Ok((y, Kernel::Gemm { x, w: w.w, bias: w.bias, y, m, n, k }))
+    };
+    let cfg = &t.model.config;
+    // RMSNorm, or LayerNorm with its bias.
+    let norm = |x: View, nb: NormBufs, out: View, rows: usize| match nb.bias {
+        Some(bias) => Kernel::LayerNorm { x, weight: nb.weight, bias, out, rows, width: h, eps },
+        None => Kernel::RmsNorm { x, weight: nb.weight, out, rows, width: h, eps },
     };
     let out_ev = match kind {
         OpKind::Embedding => {
@@ -55,9 +62,13 @@ pub(super) fn launch_op(
         }
         OpKind::InputNorm | OpKind::PostAttnNorm => {
             let l = lw()?;
-            let weight = if kind == OpKind::InputNorm { l.input_norm } else { l.post_norm };
+            let nb = if kind == OpKind::InputNorm {
+                l.input_norm
+            } else {
+                l.post_norm.ok_or_else(|| ExecError::Launch("a post-attention norm in a parallel block".into()))?
+            };
             let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
-            (out, launch(rec, Kernel::RmsNorm { x: ins[0].view, weight, out, rows: tokens, width: h, eps }, waits)?)
+            (out, launch(rec, norm(ins[0].view, nb, out, tokens), waits)?)
         }
         OpKind::QkvProj => {
             let (y, k) = gemm(bld, ins[0].view, lw()?.qkv, heads.row(), h, Dtype::Bf16, tokens)?;
@@ -66,17 +77,27 @@ pub(super) fn launch_op(
         OpKind::Rope => {
             let out = bld.alloc(dev, Dtype::Bf16, tokens * heads.row())?;
             let positions = bld.meta(dev, Part::Positions)?;
-            let c = b.copy(s, ins[0].view, out, waits)?;
-            rec.kernels.push(c.clone());
-            let k = Kernel::Rope {
-                qkv: out,
-                positions,
-                table: rank.rope,
-                tokens,
-                heads,
-                max_pos: t.model.numerics.max_positions,
-            };
-            (out, launch(rec, k, &[c])?)
+            let mut last = b.copy(s, ins[0].view, out, waits)?;
+            rec.kernels.push(last.clone());
+            // Query/key norms carry weights: the op runs where its layer is (`check_op`).
+            if let Some((q_weight, k_weight)) = if cfg.qk_norm { lw()?.qk_norm } else { None } {
+                let k = Kernel::HeadNorm { qkv: out, q_weight, k_weight, tokens, heads, eps };
+                last = launch(rec, k, &[last])?;
+            }
+            let rotary = t.model.rotary_dim();
+            if rotary > 0 {
+                let k = Kernel::Rope {
+                    qkv: out,
+                    positions,
+                    table: rank.rope,
+                    tokens,
+                    heads,
+                    max_pos: t.model.numerics.max_positions,
+                    rotary,
+                };
+                last = launch(rec, k, &[last])?;
+            }
+            (out, last)
         }
         OpKind::Attention => {
             let l = layer.expect("attention is in a layer");
@@ -101,6 +122,7 @@ pub(super) fn launch_op(
                 seqs,
                 max_blocks,
                 heads,
+                window: t.model.window(),
             };
             let cw = launch(rec, Kernel::CacheWrite { qkv, slots, cache, tokens, heads }, waits)?;
             (out, launch(rec, k, &[cw])?)
@@ -111,15 +133,26 @@ pub(super) fn launch_op(
         }
         OpKind::ResidualAdd => {
             let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
-            (out, launch(rec, Kernel::Add { a: ins[0].view, b: ins[1].view, out }, waits)?)
+            let k = match ins {
+                [a, b] => Kernel::Add { a: a.view, b: b.view, out },
+                // A parallel block joins attention, MLP and residual in one add.
+                _ => Kernel::Sum { parts: ins.iter().map(|l| l.view).collect(), out },
+            };
+            (out, launch(rec, k, waits)?)
         }
         OpKind::GateUpProj => {
-            let (y, k) = gemm(bld, ins[0].view, lw()?.gate_up, 2 * inter, h, Dtype::Bf16, tokens)?;
+            let n = if cfg.gated_mlp { 2 * inter } else { inter };
+            let (y, k) = gemm(bld, ins[0].view, lw()?.gate_up, n, h, Dtype::Bf16, tokens)?;
             (y, launch(rec, k, waits)?)
         }
         OpKind::Activation => {
             let out = bld.alloc(dev, Dtype::Bf16, tokens * inter)?;
-            (out, launch(rec, Kernel::SiluMul { x: ins[0].view, out, rows: tokens, inter }, waits)?)
+            let x = ins[0].view;
+            let k = match (cfg.activation, cfg.gated_mlp) {
+                (slicesched_model::Act::Silu, true) => Kernel::SiluMul { x, out, rows: tokens, inter },
+                (act, gated) => Kernel::Act { x, out, rows: tokens, inter, act, gated },
+            };
+            (out, launch(rec, k, waits)?)
         }
         OpKind::DownProj => {
             let (y, k) = gemm(bld, ins[0].view, lw()?.down, h, inter, Dtype::Bf16, tokens)?;
@@ -129,9 +162,9 @@ pub(super) fn launch_op(
             let rows = bld.meta(dev, Part::Sampled)?;
             let g = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
             let out = bld.alloc(dev, Dtype::Bf16, sampled * h)?;
-            let weight = rank.final_norm.ok_or_else(|| ExecError::Placement("final norm not on this group".into()))?;
+            let nb = rank.final_norm.ok_or_else(|| ExecError::Placement("final norm not on this group".into()))?;
             let ge = launch(rec, Kernel::GatherRows { x: ins[0].view, rows, out: g, width: h }, waits)?;
-            (out, launch(rec, Kernel::RmsNorm { x: g, weight, out, rows: sampled, width: h, eps }, &[ge])?)
+            (out, launch(rec, norm(g, nb, out, sampled), &[ge])?)
         }
         OpKind::LmHead => {
             let w = rank.lm_head.ok_or_else(|| ExecError::Placement("LM head not on this group".into()))?;
@@ -141,7 +174,7 @@ pub(super) fn launch_op(
         OpKind::AllReduce | OpKind::AllGather | OpKind::Transfer => {
             return Err(ExecError::Launch(format!("{} is not a per-rank op", kind.name())))
         }
-        // `load::shard` refuses mixture-of-experts models before anything is loaded.
+        // `Backend::refuses` stops mixture-of-experts models before anything is loaded.
         OpKind::Router | OpKind::ExpertUp | OpKind::ExpertDown | OpKind::AllToAll => {
             return Err(ExecError::Launch(format!("{}: the CPU executor does not run mixture-of-experts", kind.name())))
         }

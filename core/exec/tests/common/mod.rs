@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use slicesched_exec::model::{ExecModel, HostWeights};
 use slicesched_exec::runner::{ExecBatch, OpPlace, Runner, SeqWork};
 use slicesched_exec::{CpuBackend, CpuDeviceSpec, DeviceId};
-use slicesched_model::{ModelConfig, OpKind, Segment};
+use slicesched_model::{Act, Biases, ModelConfig, Norm, OpKind, Segment};
 
 pub const GIB: u64 = 1 << 30;
 
@@ -29,6 +29,42 @@ pub fn micro() -> ExecModel {
     c.head_dim = 16;
     c.intermediate_size = 128;
     c.vocab_size = 96;
+    let mut m = ExecModel::new(c);
+    m.numerics.max_positions = 256;
+    m
+}
+
+/// `micro()`'s sizes with one family's departures from Llama.
+pub fn arch(family: &str) -> ExecModel {
+    let mut c = micro().config;
+    c.name = format!("micro-{family}");
+    match family {
+        // phi-2: LayerNorm, tanh GELU, a plain MLP, biases everywhere, one norm per
+        // layer feeding attention and MLP side by side, a quarter of each head rotated.
+        "phi" => {
+            c.norm = Norm::Layer;
+            c.activation = Act::GeluTanh;
+            c.gated_mlp = false;
+            c.biases = Biases { qkv: true, o: true, mlp: true, lm_head: true };
+            c.parallel_block = true;
+            c.rotary_dim = Some(4);
+        }
+        // Qwen2: q/k/v biases; a small one ties its embeddings.
+        "qwen2" => {
+            c.biases.qkv = true;
+            c.tie_embeddings = true;
+        }
+        "qwen3" => c.qk_norm = true,
+        // A window shorter than the prompts below, so it masks.
+        "window" => c.sliding_window = Some(8),
+        // Exact GELU in a plain MLP with biases, RMSNorm, sequential blocks.
+        "gelu" => {
+            c.activation = Act::Gelu;
+            c.gated_mlp = false;
+            c.biases = Biases { qkv: true, o: true, mlp: true, lm_head: false };
+        }
+        other => panic!("no family {other}"),
+    }
     let mut m = ExecModel::new(c);
     m.numerics.max_positions = 256;
     m

@@ -270,6 +270,7 @@ pub fn ops(h: &mut Harness, gpu: &CudaBackend, s: Shapes) -> Result<(bool, Strin
                     seqs,
                     max_blocks,
                     heads: hd,
+                    window: 0,
                 }),
             ),
         ];
@@ -286,7 +287,7 @@ pub fn ops(h: &mut Harness, gpu: &CudaBackend, s: Shapes) -> Result<(bool, Strin
                 Class::Matmul,
                 vec![bf(&mut r, t * k, 1.0), bf(&mut r, n * k, 0.05)],
                 out,
-                Box::new(move |v, o| Kernel::Gemm { x: v[0], w: v[1], y: o, m: t, n, k }),
+                Box::new(move |v, o| Kernel::Gemm { bias: None, x: v[0], w: v[1], y: o, m: t, n, k }),
             ));
         }
         // Rope and cache_write change a tensor in place: compare the tensor itself.
@@ -315,6 +316,7 @@ pub fn ops(h: &mut Harness, gpu: &CudaBackend, s: Shapes) -> Result<(bool, Strin
             tokens: t,
             heads: hd,
             max_pos,
+            rotary: hd.dim,
         };
         let (g, c) = (inplace(gpu, &rope_in, 0, &rope)?, inplace(&cpu, &rope_in, 0, &rope)?);
         let (ok, m) = compare(Class::Elementwise, &g, &c);

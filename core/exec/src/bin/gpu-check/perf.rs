@@ -109,7 +109,7 @@ fn gemm_tflops(
         if h.over() {
             break;
         }
-        let e = g.launch(s, Kernel::Gemm { x: xs[i % 3], w, y: View::whole(y, m * n), m, n, k }, &[])?;
+        let e = g.launch(s, Kernel::Gemm { bias: None, x: xs[i % 3], w, y: View::whole(y, m * n), m, n, k }, &[])?;
         let t = e.wait()?;
         if i >= 5 {
             times.push(t.busy_ns as f64);
@@ -221,7 +221,11 @@ pub fn priority(h: &mut Harness, g: &CudaBackend) -> Result<(bool, String)> {
             last = Some(if load == "spin" {
                 g.launch_spin(lo, 50_000, sms * 64, 1, &[])?
             } else {
-                g.launch(lo, Kernel::Gemm { x: bx, w: bw, y: View::whole(by, big * big), m: big, n: big, k: big }, &[])?
+                g.launch(
+                    lo,
+                    Kernel::Gemm { bias: None, x: bx, w: bw, y: View::whole(by, big * big), m: big, n: big, k: big },
+                    &[],
+                )?
             });
         }
         let mut durs = Vec::new();
@@ -233,7 +237,15 @@ pub fn priority(h: &mut Harness, g: &CudaBackend) -> Result<(bool, String)> {
             )?;
             let b = g.launch(
                 probe_stream,
-                Kernel::Gemm { x: View::whole(xn, 4096), w, y: View::whole(y, 4096), m: 1, n: 4096, k: 4096 },
+                Kernel::Gemm {
+                    bias: None,
+                    x: View::whole(xn, 4096),
+                    w,
+                    y: View::whole(y, 4096),
+                    m: 1,
+                    n: 4096,
+                    k: 4096,
+                },
                 std::slice::from_ref(&a),
             )?;
             let (ta, tb) = (a.wait()?, b.wait()?);
