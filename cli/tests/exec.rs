@@ -285,12 +285,12 @@ fn run_on_cpu(scn: &Path, prof: &Path, policy: &str, tag: &str) -> serde_json::V
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
 
-/// phi's and Qwen3's layouts through `run` on the CPU executor, with profiles of their
-/// own (what a user of those models does first).
+/// phi's, Qwen3's and Mixtral's layouts through `run` on the CPU executor, with profiles
+/// of their own (what a user of those models does first).
 #[test]
-fn run_serves_the_phi_and_qwen3_layouts() {
+fn run_serves_the_phi_qwen3_and_mixtral_layouts() {
     let prof = tmp("arch-prof");
-    for model in ["tiny-phi", "tiny-qwen3"] {
+    for model in ["tiny-phi", "tiny-qwen3", "tiny-mixtral"] {
         let o = bin()
             .args(["profile", "--device", "cpu", "--model", model, "--quick", "--reps", "1", "--quiet", "--out"])
             .arg(&prof)
@@ -301,7 +301,7 @@ fn run_serves_the_phi_and_qwen3_layouts() {
     }
     let out = tmp("run-arch");
     let o = bin()
-        .args(["run", "--scenario", "scenarios/tiny-arch-2t.toml", "--executor", "cpu", "--quiet"])
+        .args(["run", "--scenario", "scenarios/tiny-arch-3t.toml", "--executor", "cpu", "--quiet"])
         .args(["--policy", "native:slice", "--cost-profile"])
         .arg(&prof)
         .arg("--out")
@@ -314,7 +314,7 @@ fn run_serves_the_phi_and_qwen3_layouts() {
     assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
     let tenants = s["tenants"].as_array().unwrap();
     let models: Vec<&str> = tenants.iter().map(|t| t["model"].as_str().unwrap()).collect();
-    assert_eq!(models, ["tiny-phi", "tiny-qwen3"]);
+    assert_eq!(models, ["tiny-phi", "tiny-qwen3", "tiny-mixtral"]);
     for t in tenants {
         assert_eq!(t["completed"], t["requests"], "{t}");
     }

@@ -105,8 +105,9 @@ impl safetensors::View for Bf16View<'_> {
 }
 
 /// The `config.json` of a model, as Hugging Face writes it for the family whose layout
-/// the model has: `phi` (parallel blocks), `qwen3` (query/key norms), `qwen2` (q/k/v
-/// biases alone), else `llama` (with `attention_bias`, `mlp_bias`, `sliding_window`).
+/// the model has: `qwen3_moe` and `mixtral` (experts, with and without query/key norms),
+/// `phi` (parallel blocks), `qwen3` (query/key norms), `qwen2` (q/k/v biases alone), else
+/// `llama` (with `attention_bias`, `mlp_bias`, `sliding_window`).
 /// [`save`] refuses a model no family describes.
 pub fn config_json(model: &ExecModel) -> String {
     let c = &model.config;
@@ -115,7 +116,11 @@ pub fn config_json(model: &ExecModel) -> String {
         serde_json::json!({"rope_type": "llama3", "factor": s.factor, "low_freq_factor": s.low_freq_factor,
             "high_freq_factor": s.high_freq_factor, "original_max_position_embeddings": s.original_max_position_embeddings})
     });
-    let (family, arch) = if c.parallel_block {
+    let (family, arch) = if c.moe.is_some() && c.qk_norm {
+        ("qwen3_moe", "Qwen3MoeForCausalLM")
+    } else if c.moe.is_some() {
+        ("mixtral", "MixtralForCausalLM")
+    } else if c.parallel_block {
         ("phi", "PhiForCausalLM")
     } else if c.qk_norm {
         ("qwen3", "Qwen3ForCausalLM")
@@ -144,13 +149,28 @@ pub fn config_json(model: &ExecModel) -> String {
     if let Some(r) = c.rotary_dim {
         o.insert("partial_rotary_factor".into(), (r as f64 / c.head_dim as f64).into());
     }
+    if let Some(m) = c.moe {
+        o.insert("num_experts_per_tok".into(), m.top_k.into());
+        if family == "mixtral" {
+            // Mixtral's expert width is its `intermediate_size`; it always renormalises.
+            o.insert("num_local_experts".into(), m.experts.into());
+            o.insert("intermediate_size".into(), m.expert_intermediate.into());
+        } else {
+            o.insert("num_experts".into(), m.experts.into());
+            o.insert("moe_intermediate_size".into(), m.expert_intermediate.into());
+            o.insert("norm_topk_prob".into(), n.moe_renormalize.into());
+        }
+    }
     match family {
+        "mixtral" => {
+            o.insert("sliding_window".into(), c.sliding_window.into());
+        }
         "llama" => {
             o.insert("attention_bias".into(), c.biases.qkv.into());
             o.insert("mlp_bias".into(), c.biases.mlp.into());
             o.insert("sliding_window".into(), c.sliding_window.into());
         }
-        "qwen2" | "qwen3" => {
+        "qwen2" | "qwen3" | "qwen3_moe" => {
             o.insert("use_sliding_window".into(), c.sliding_window.is_some().into());
             o.insert("sliding_window".into(), c.sliding_window.into());
             let from = c.num_hidden_layers - c.window_layers.unwrap_or(c.num_hidden_layers);
@@ -169,8 +189,8 @@ fn describes(text: &str, model: &ExecModel) -> bool {
         == (c.norm, c.activation, c.biases, c.gated_mlp, c.parallel_block, c.rotary_dim)
         && (back.qk_norm, back.sliding_window, back.window_layers, back.alibi, back.sandwich_norms)
             == (c.qk_norm, c.sliding_window, c.window_layers, c.alibi, c.sandwich_norms)
-        && back.moe.is_none()
-        && c.moe.is_none()
+        && back.moe == c.moe
+        && (c.moe.is_none() || c.qk_norm || model.numerics.moe_renormalize)
 }
 
 fn write_atomic(path: &Path, f: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), ExecError> {
@@ -186,7 +206,7 @@ pub fn save(dir: &Path, model: &ExecModel, w: &HostWeights, shard_bytes: Option<
     if !describes(&config, model) {
         return Err(err(
             dir,
-            format!("{}: no Hugging Face model family (llama, qwen2, qwen3, phi) has this layout", model.config.name),
+            format!("{}: no Hugging Face model family (llama, mistral-style windows, qwen2, qwen3, phi, mixtral, qwen3_moe) has this layout", model.config.name),
         ));
     }
     std::fs::create_dir_all(dir).map_err(|e| err(dir, e.to_string()))?;

@@ -59,6 +59,40 @@ pub enum Kernel {
     /// Any other activation: `out[t,i] = act(x[t,i]) · x[t,I+i]` when `gated` (rows of
     /// width `2I`), else `out[t,i] = act(x[t,i])` (rows of width `I`).
     Act { x: View, out: View, rows: usize, inter: usize, act: slicesched_model::Act, gated: bool },
+    /// A router's choice for each of `rows` tokens from its f32 logits `[rows][experts]`:
+    /// softmax, the `k` most probable experts (ties to the lower id), their probabilities
+    /// renormalised to sum to one when `renormalize`. `out` (f32) holds each row's `k`
+    /// expert ids, then the `k` weights: `[rows][2k]`.
+    TopK { logits: View, out: View, rows: usize, experts: usize, k: usize, renormalize: bool },
+    /// The up (gate|up) GEMMs of experts `first..first + ws.len()` over the tokens routed
+    /// to them: `out[t·k + slot] = x[t] · ws[e − first]ᵀ` for every (token, slot) whose
+    /// expert `e` is one of them, zero rows elsewhere. `ws[i]` is `[n][hidden]`;
+    /// `routing` is a [`Kernel::TopK`] output.
+    ExpertUp {
+        x: View,
+        routing: View,
+        ws: Vec<View>,
+        first: usize,
+        rows: usize,
+        k: usize,
+        n: usize,
+        hidden: usize,
+        out: View,
+    },
+    /// The down GEMMs of the same experts, weighted and combined per token:
+    /// `out[t] = Σ_slot weight(t, slot) · x[t·k + slot] · ws[e − first]ᵀ` over the slots
+    /// routed to them (f32 sum, one rounding). `ws[i]` is `[hidden][inter]`.
+    ExpertDown {
+        x: View,
+        routing: View,
+        ws: Vec<View>,
+        first: usize,
+        rows: usize,
+        k: usize,
+        inter: usize,
+        hidden: usize,
+        out: View,
+    },
     /// `out = Σ parts` in the given order (the local step of an all-reduce; every rank
     /// sums in rank order, so all ranks hold identical bits).
     Sum { parts: Vec<View>, out: View },
@@ -94,6 +128,9 @@ impl Kernel {
             Kernel::Add { .. } => "residual_add",
             Kernel::SiluMul { .. } => "silu_mul",
             Kernel::LayerNorm { .. } => "layernorm",
+            Kernel::TopK { .. } => "topk",
+            Kernel::ExpertUp { .. } => "expert_up",
+            Kernel::ExpertDown { .. } => "expert_down",
             Kernel::HeadNorm { .. } => "head_norm",
             Kernel::Act { act: slicesched_model::Act::Silu, .. } => "silu",
             Kernel::Act { .. } => "gelu",
@@ -112,6 +149,9 @@ impl Kernel {
             | Kernel::SiluMul { out, .. }
             | Kernel::LayerNorm { out, .. }
             | Kernel::Act { out, .. }
+            | Kernel::TopK { out, .. }
+            | Kernel::ExpertUp { out, .. }
+            | Kernel::ExpertDown { out, .. }
             | Kernel::Sum { out, .. }
             | Kernel::Argmax { out, .. } => *out,
             Kernel::Gemm { y, .. } => *y,
@@ -129,6 +169,10 @@ impl Kernel {
             Kernel::LayerNorm { x, weight, bias, .. } => vec![*x, *weight, *bias],
             Kernel::HeadNorm { q_weight, k_weight, .. } => vec![*q_weight, *k_weight],
             Kernel::Act { x, .. } => vec![*x],
+            Kernel::TopK { logits, .. } => vec![*logits],
+            Kernel::ExpertUp { x, routing, ws, .. } | Kernel::ExpertDown { x, routing, ws, .. } => {
+                [*x, *routing].into_iter().chain(ws.iter().copied()).collect()
+            }
             Kernel::Rope { positions, table, .. } => vec![*positions, *table],
             Kernel::CacheWrite { qkv, slots, .. } => vec![*qkv, *slots],
             Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, .. } => {

@@ -28,6 +28,9 @@ pub struct Numerics {
     /// Positions the RoPE table covers (prompt plus output must stay under it).
     pub max_positions: usize,
     pub tie_word_embeddings: bool,
+    /// A mixture-of-experts router renormalises the top-k probabilities to sum to one
+    /// (Mixtral always; Qwen3-MoE's `norm_topk_prob`).
+    pub moe_renormalize: bool,
 }
 
 #[derive(Deserialize)]
@@ -37,6 +40,7 @@ struct HfNumerics {
     layer_norm_eps: Option<f64>,
     max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
+    norm_topk_prob: Option<bool>,
     rope_scaling: Option<serde_json::Value>,
 }
 
@@ -55,6 +59,7 @@ impl Numerics {
             }),
             max_positions: 8192,
             tie_word_embeddings: cfg.tie_embeddings,
+            moe_renormalize: true,
         }
     }
 
@@ -66,6 +71,7 @@ impl Numerics {
         n.rms_norm_eps = h.rms_norm_eps.or(h.layer_norm_eps).unwrap_or(n.rms_norm_eps);
         n.max_positions = h.max_position_embeddings.unwrap_or(n.max_positions).min(1 << 17);
         n.tie_word_embeddings = h.tie_word_embeddings.unwrap_or(cfg.tie_embeddings);
+        n.moe_renormalize = h.norm_topk_prob.unwrap_or(true);
         n.rope_scaling = match h.rope_scaling {
             None | Some(serde_json::Value::Null) => None,
             Some(v) => {
@@ -168,11 +174,17 @@ impl ExecModel {
         // phi (the parallel-block family the config parser reads) names its O projection
         // `dense`, its MLP `fc1`/`fc2` and its final norm `final_layernorm`.
         let phi = self.config.parallel_block;
+        // Mixtral keeps its experts under `block_sparse_moe` as w1 (gate), w3 (up) and
+        // w2 (down); Qwen3-MoE (the MoE family with query/key norms) under `mlp`.
+        let mixtral = !self.config.qk_norm;
         Names {
             o: if phi { "self_attn.dense" } else { "self_attn.o_proj" },
             up: if phi { "mlp.fc1" } else { "mlp.up_proj" },
             down: if phi { "mlp.fc2" } else { "mlp.down_proj" },
             final_norm: if phi { "model.final_layernorm" } else { "model.norm" },
+            router: if mixtral { "block_sparse_moe.gate" } else { "mlp.gate" },
+            experts: if mixtral { "block_sparse_moe.experts" } else { "mlp.experts" },
+            expert_projs: if mixtral { ["w1", "w3", "w2"] } else { ["gate_proj", "up_proj", "down_proj"] },
         }
     }
 
@@ -212,6 +224,17 @@ impl ExecModel {
             if !c.parallel_block {
                 norm(&mut v, format!("{p}.post_attention_layernorm"));
             }
+            if let Some(moe) = c.moe {
+                let ei = moe.expert_intermediate as usize;
+                v.push((format!("{p}.{}.weight", names.router), vec![moe.experts as usize, h]));
+                for e in 0..moe.experts {
+                    let [g, u, dn] = names.expert_projs;
+                    v.push((format!("{p}.{}.{e}.{g}.weight", names.experts), vec![ei, h]));
+                    v.push((format!("{p}.{}.{e}.{u}.weight", names.experts), vec![ei, h]));
+                    v.push((format!("{p}.{}.{e}.{dn}.weight", names.experts), vec![h, ei]));
+                }
+                continue;
+            }
             if c.gated_mlp {
                 linear(&mut v, format!("{p}.mlp.gate_proj"), i, h, c.biases.mlp);
             }
@@ -236,16 +259,24 @@ pub struct Names {
     pub up: &'static str,
     pub down: &'static str,
     pub final_norm: &'static str,
+    /// A mixture-of-experts layer's router, its experts' prefix (`{experts}.{e}.`) and
+    /// their gate, up and down projections.
+    pub router: &'static str,
+    pub experts: &'static str,
+    pub expert_projs: [&'static str; 3],
 }
 
 /// Why the CPU executor cannot run `cfg`, if it cannot: it runs the Llama layout and the
 /// departures the DAG models that change only kernels (LayerNorm, GELU, plain MLPs,
 /// biases, parallel blocks, partial rotary, query/key norms, a sliding window on every
-/// layer, tied embeddings). Mixture-of-experts, ALiBi and Gemma-2's sandwich norms (with
-/// its embedding scale and soft-capping, which the DAG does not carry) it refuses.
+/// layer, tied embeddings, Mixtral's and Qwen3-MoE's mixtures of experts split across
+/// the tensor-parallel group). Expert parallelism, ALiBi and Gemma-2's sandwich norms
+/// (with its embedding scale and soft-capping, which the DAG does not carry) it refuses.
 pub fn cpu_departure(cfg: &ModelConfig) -> Option<&'static str> {
-    if cfg.moe.is_some() {
-        Some("mixture-of-experts")
+    if cfg.moe.is_some_and(|m| m.expert_parallel) {
+        Some("expert parallelism")
+    } else if cfg.moe.is_some() && (!cfg.gated_mlp || cfg.biases.mlp || cfg.parallel_block) {
+        Some("an expert MLP other than Mixtral's and Qwen3-MoE's")
     } else if cfg.alibi {
         Some("ALiBi")
     } else if cfg.sandwich_norms {

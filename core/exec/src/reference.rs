@@ -107,6 +107,21 @@ pub fn attention(
 
 /// Logits at every position of `tokens` (one sequence from position 0).
 pub fn forward(model: &ExecModel, w: &HostWeights, tokens: &[i32]) -> Result<Vec<Vec<f64>>, ExecError> {
+    forward_routed(model, w, tokens).map(|(l, _)| l)
+}
+
+/// [`forward`], and for a mixture-of-experts model each position's narrowest routing
+/// margin over the layers (the gap between the k-th and the next expert's router logit;
+/// infinite for a dense model). A position routed on a near tie may take another expert
+/// in bf16 than in f64, and every later position attends to it: a comparison of the
+/// two is meaningful only while the running minimum of the margins is clear of bf16's
+/// error.
+pub fn forward_routed(
+    model: &ExecModel,
+    w: &HostWeights,
+    tokens: &[i32],
+) -> Result<(Vec<Vec<f64>>, Vec<f64>), ExecError> {
+    let margins = std::cell::RefCell::new(vec![f64::INFINITY; tokens.len()]);
     let c = &model.config;
     let (h, d, n) = (model.hidden(), model.head_dim(), tokens.len());
     let (qh, kvh, inter) =
@@ -157,6 +172,9 @@ pub fn forward(model: &ExecModel, w: &HostWeights, tokens: &[i32]) -> Result<Vec
         let a = attention(&q, &k, &v, n, qh, kvh, d, model.window());
         let o = linear(&a, &p(names.o), h, qh * d, c.biases.o)?;
         let mlp = |xn: &[f64]| -> Result<Vec<f64>, ExecError> {
+            if let Some(moe) = c.moe {
+                return experts(model, xn, &|s: &str| t(&p(s)), moe, n, &mut margins.borrow_mut());
+            }
             let up = linear(xn, &p(names.up), inter, h, c.biases.mlp)?;
             let a: Vec<f64> = if c.gated_mlp {
                 let g = linear(xn, &p("mlp.gate_proj"), inter, h, c.biases.mlp)?;
@@ -181,5 +199,47 @@ pub fn forward(model: &ExecModel, w: &HostWeights, tokens: &[i32]) -> Result<Vec
         let b = t("lm_head.bias")?;
         logits.chunks_mut(model.vocab()).for_each(|r| r.iter_mut().zip(&b).for_each(|(y, b)| *y += b));
     }
-    Ok(logits.chunks(model.vocab()).map(|r| r.to_vec()).collect())
+    Ok((logits.chunks(model.vocab()).map(|r| r.to_vec()).collect(), margins.into_inner()))
+}
+
+/// A mixture-of-experts MLP over `n` tokens: softmax router, the top-k experts (ties to
+/// the lower id), their weights renormalised where the model does, each expert a gated
+/// MLP; `t` reads one of the layer's tensors.
+fn experts(
+    model: &ExecModel,
+    xn: &[f64],
+    t: &dyn Fn(&str) -> Result<Vec<f64>, ExecError>,
+    moe: slicesched_model::Moe,
+    n: usize,
+    margins: &mut [f64],
+) -> Result<Vec<f64>, ExecError> {
+    let names = model.names();
+    let (h, e, k, ei) = (model.hidden(), moe.experts as usize, moe.top_k as usize, moe.expert_intermediate as usize);
+    let logits = gemm(xn, &t(&format!("{}.weight", names.router))?, n, e, h);
+    let [g, u, dn] = names.expert_projs;
+    let mut out = vec![0.0; n * h];
+    for tok in 0..n {
+        let row = &logits[tok * e..(tok + 1) * e];
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        let mut order: Vec<usize> = (0..e).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        if k < e {
+            margins[tok] = margins[tok].min(row[order[k - 1]] - row[order[k]]);
+        }
+        let p: Vec<f64> = order[..k].iter().map(|&x| (row[x] - max).exp() / z).collect();
+        let sum: f64 = if model.numerics.moe_renormalize { p.iter().sum() } else { 1.0 };
+        let x = &xn[tok * h..(tok + 1) * h];
+        for (&ex, p) in order[..k].iter().zip(&p) {
+            let w = |n: &str| t(&format!("{}.{ex}.{n}.weight", names.experts));
+            let gate = gemm(x, &w(g)?, 1, ei, h);
+            let up = gemm(x, &w(u)?, 1, ei, h);
+            let a: Vec<f64> = gate.iter().zip(&up).map(|(g, u)| act(model.config.activation, *g) * u).collect();
+            let y = gemm(&a, &w(dn)?, 1, h, ei);
+            for (o, y) in out[tok * h..(tok + 1) * h].iter_mut().zip(&y) {
+                *o += p / sum * y;
+            }
+        }
+    }
+    Ok(out)
 }

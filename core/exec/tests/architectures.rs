@@ -12,13 +12,26 @@ use slicesched_exec::runner::{ExecBatch, Runner, SeqWork};
 use slicesched_exec::{checkpoint, Backend};
 use slicesched_model::ModelConfig;
 
+/// Router logits closer than this may order differently in bf16 than in f64.
+const ROUTING_TIE: f64 = 0.02;
+
 /// Greedy tokens and logits against the reference (as `forward.rs` checks Llama).
-fn check(m: &ExecModel, w: &HostWeights, prompt: &[i32], toks: &[i32], logits: &[Vec<f32>]) {
+/// Returns how many steps it compared.
+fn check(m: &ExecModel, w: &HostWeights, prompt: &[i32], toks: &[i32], logits: &[Vec<f32>]) -> usize {
+    let mut compared = 0;
     let mut seq = prompt.to_vec();
     seq.extend(&toks[..toks.len() - 1]);
-    let want = reference::forward(m, w, &seq).unwrap();
+    let (want, margins) = reference::forward_routed(m, w, &seq).unwrap();
     for (step, (t, l)) in toks.iter().zip(logits).enumerate() {
-        let r = &want[prompt.len() - 1 + step];
+        let at = prompt.len() - 1 + step;
+        // A position routed on a near tie may take another expert in bf16 than in f64
+        // (`forward_routed`); earlier positions' ties reach it only diluted by attention.
+        if margins[at] < ROUTING_TIE {
+            eprintln!("{}: step {step}: a routing margin of {:.4}, not compared", m.config.name, margins[at]);
+            continue;
+        }
+        compared += 1;
+        let r = &want[at];
         let e = rel_err(l, r);
         assert!(e < 3e-2, "{}: step {step}: logits rel err {e}", m.config.name);
         let mut sorted = r.clone();
@@ -28,6 +41,7 @@ fn check(m: &ExecModel, w: &HostWeights, prompt: &[i32], toks: &[i32], logits: &
             assert_eq!(*t as usize, best, "{}: step {step}: greedy token", m.config.name);
         }
     }
+    compared
 }
 
 fn run_on(m: &ExecModel, ranks: usize, prompt_len: usize, steps: usize) {
@@ -38,12 +52,15 @@ fn run_on(m: &ExecModel, ranks: usize, prompt_len: usize, steps: usize) {
     let t = r.load_tenant(m.clone(), &w, &devices(&ids), 16).unwrap();
     let p = prompt(prompt_len, m.vocab(), 3);
     let (toks, logits) = generate(&mut r, t, 1, &p, steps, &home);
-    check(m, &w, &p, &toks, &logits);
+    // Every step of a dense model; most of a mixture's (a few route on near ties).
+    let compared = check(m, &w, &p, &toks, &logits);
+    let want = if m.config.moe.is_some() { steps.div_ceil(2) } else { steps };
+    assert!(compared >= want, "{}: {compared} of {steps} steps compared", m.config.name);
 }
 
 #[test]
 fn every_layout_matches_the_reference_at_home() {
-    for family in ["phi", "qwen2", "qwen3", "window", "gelu"] {
+    for family in ["phi", "qwen2", "qwen3", "window", "gelu", "moe", "qwen3moe"] {
         run_on(&arch(family), 1, 19, 5);
     }
 }
@@ -51,7 +68,7 @@ fn every_layout_matches_the_reference_at_home() {
 #[test]
 fn biases_and_parallel_blocks_split_tensor_parallel() {
     // Column-parallel biases are split with their rows, row-parallel ones added once.
-    for family in ["phi", "qwen2", "gelu", "qwen3"] {
+    for family in ["phi", "qwen2", "gelu", "qwen3", "moe", "qwen3moe"] {
         run_on(&arch(family), 2, 11, 3);
     }
 }
@@ -97,7 +114,7 @@ fn the_window_changes_what_a_long_prompt_sees() {
 
 #[test]
 fn checkpoints_of_other_families_round_trip() {
-    for family in ["phi", "qwen2", "qwen3", "window"] {
+    for family in ["phi", "qwen2", "qwen3", "window", "moe", "qwen3moe"] {
         let dir = tempfile::tempdir().unwrap();
         let m = arch(family);
         let w = weights(&m);
@@ -169,11 +186,17 @@ fn layouts_the_cpu_backend_lacks_are_refused_before_loading() {
         assert!(e.contains(what) && e.contains("CPU backend"), "{e}");
         assert_eq!(b.ledger(slicesched_exec::DeviceId(0)).unwrap().used(), 0, "nothing left loaded");
     }
-    // The published configs the CPU backend runs: phi-2, Qwen3-8B, Mistral-7B v0.1.
+    // The published configs the CPU backend runs: phi-2, Qwen3-8B, Mistral-7B v0.1,
+    // Mixtral-8x7B, Qwen3-30B-A3B (experts split tensor-parallel, not expert-parallel).
     for name in ["phi-2", "qwen3-8b", "mistral-7b-v0.1"] {
         let c = ModelConfig::preset(name).unwrap();
         assert_eq!(b.refuses(&c), None, "{name}");
     }
-    let moe = ModelConfig::preset("mixtral-8x7b").unwrap();
-    assert!(b.refuses(&moe).unwrap().contains("mixture-of-experts"));
+    for name in ["mixtral-8x7b", "qwen3-30b-a3b"] {
+        let c = ModelConfig::preset(name).unwrap();
+        assert_eq!(b.refuses(&c), None, "{name}");
+    }
+    let mut ep = ModelConfig::preset("mixtral-8x7b").unwrap();
+    ep.moe.as_mut().unwrap().expert_parallel = true;
+    assert!(b.refuses(&ep).unwrap().contains("expert parallelism"));
 }

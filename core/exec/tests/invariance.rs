@@ -26,7 +26,10 @@ fn allowed(ranges: &[LayerRange], kind: OpKind, seg: Segment, layer_rope: bool) 
                     | OpKind::OProj
                     | OpKind::PostAttnNorm
                     | OpKind::GateUpProj
-                    | OpKind::DownProj,
+                    | OpKind::DownProj
+                    | OpKind::Router
+                    | OpKind::ExpertUp
+                    | OpKind::ExpertDown,
                     Segment::Layer(l),
                 ) => r.has_layer(l as usize),
                 (OpKind::Rope, Segment::Layer(l)) if layer_rope => r.has_layer(l as usize),
@@ -172,10 +175,11 @@ fn tensor_parallel_tenants_are_invariant_too() {
 /// RoPE op norms heads with the layer's weights, so it runs only where they are).
 #[test]
 fn other_layouts_are_invariant_too() {
-    for family in ["phi", "qwen3"] {
+    for family in ["phi", "qwen3", "moe"] {
         check_model(1, 8, arch(family));
     }
     check_model(2, 4, arch("phi"));
+    check_model(2, 4, arch("qwen3moe"));
 }
 
 /// A's greedy generation at home with more of A's own sequences in every batch: one of

@@ -139,10 +139,11 @@ const CONFIG_PRESETS: &[(&str, &str)] = &[
     ("phi-2", include_str!("../configs/phi-2.json")),
     ("llama-3.1-70b", include_str!("../configs/llama-3.1-70b.json")),
     ("mistral-7b-v0.1", include_str!("../configs/mistral-7b-v0.1.json")),
-    // Tiny models of two other layouts the CPU executor runs in CI (written here, in the
-    // published configs' form): phi's and Qwen3's.
+    // Tiny models of other layouts the CPU executor runs in CI (written here, in the
+    // published configs' form): phi's, Qwen3's and Mixtral's.
     ("tiny-phi", include_str!("../configs/tiny-phi.json")),
     ("tiny-qwen3", include_str!("../configs/tiny-qwen3.json")),
+    ("tiny-mixtral", include_str!("../configs/tiny-mixtral.json")),
 ];
 
 /// The `config.json` text behind a preset read from one (None for the Llama-layout

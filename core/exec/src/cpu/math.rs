@@ -51,6 +51,29 @@ fn out_bf16(d: &mut Data, v: View) -> Result<&mut [bf16], String> {
     }
 }
 
+fn out_f32(d: &mut Data, v: View) -> Result<&mut [f32], String> {
+    match d {
+        Data::F32(d) => {
+            let n = d.len();
+            d.get_mut(v.offset..v.offset + v.len).ok_or_else(|| format!("view {v:?} outside a buffer of {n}"))
+        }
+        d => Err(format!("output buffer holds {}, kernel writes f32", d.kind())),
+    }
+}
+
+/// The (token, slot) pairs a [`Kernel::TopK`] routing sends to expert `e`, in token order.
+fn routed_to(route: &[f32], rows: usize, k: usize, e: usize) -> Vec<(usize, usize)> {
+    let mut v = Vec::new();
+    for t in 0..rows {
+        for slot in 0..k {
+            if route[t * 2 * k + slot] as usize == e {
+                v.push((t, slot));
+            }
+        }
+    }
+    v
+}
+
 fn need(what: &str, have: usize, want: usize) -> Result<(), String> {
     if have < want {
         return Err(format!("{what}: view of {have} elements, shape needs {want}"));
@@ -232,6 +255,89 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                     let u = if *gated { x[r * width + inter + i].to_f32() } else { 1.0 };
                     dst[r * inter + i] = bf16::from_f32(a * u);
                 }
+            }
+        }
+        Kernel::TopK { logits, out: o, rows, experts, k, renormalize } => {
+            let l = ins.f32(*logits)?;
+            need("topk logits", l.len(), rows * experts)?;
+            if *k == 0 || k > experts {
+                return Err(format!("top {k} of {experts} experts"));
+            }
+            let dst = out_f32(out, *o)?;
+            need("topk out", dst.len(), rows * 2 * k)?;
+            let mut order: Vec<usize> = Vec::with_capacity(*experts);
+            for r in 0..*rows {
+                let row = &l[r * experts..(r + 1) * experts];
+                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let z: f32 = row.iter().map(|v| (v - max).exp()).sum();
+                order.clear();
+                order.extend(0..*experts);
+                // Stable: equal logits keep the lower id first.
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                let top = &order[..*k];
+                let p: Vec<f32> = top.iter().map(|&e| (row[e] - max).exp() / z).collect();
+                let sum: f32 = if *renormalize { p.iter().sum() } else { 1.0 };
+                for (i, (&e, p)) in top.iter().zip(&p).enumerate() {
+                    dst[r * 2 * k + i] = e as f32;
+                    dst[r * 2 * k + k + i] = p / sum;
+                }
+            }
+        }
+        Kernel::ExpertUp { x, routing, ws, first, rows, k, n, hidden, out: o } => {
+            let (x, route) = (ins.bf16(*x)?, ins.f32(*routing)?);
+            need("expert_up x", x.len(), rows * hidden)?;
+            need("expert_up routing", route.len(), rows * 2 * k)?;
+            let dst = out_bf16(out, *o)?;
+            need("expert_up out", dst.len(), rows * k * n)?;
+            dst[..rows * k * n].fill(bf16::ZERO);
+            for (i, w) in ws.iter().enumerate() {
+                let w = ins.bf16(*w)?;
+                need("expert_up weight", w.len(), n * hidden)?;
+                let slots = routed_to(route, *rows, *k, first + i);
+                if slots.is_empty() {
+                    continue;
+                }
+                let mut xs = Vec::with_capacity(slots.len() * hidden);
+                for &(t, _) in &slots {
+                    xs.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
+                }
+                matmul(&xs, w, (slots.len(), *n, *hidden), s);
+                for (j, &(t, slot)) in slots.iter().enumerate() {
+                    let row = &mut dst[(t * k + slot) * n..(t * k + slot + 1) * n];
+                    for (d, v) in row.iter_mut().zip(&s.y[j * n..(j + 1) * n]) {
+                        *d = bf16::from_f32(*v);
+                    }
+                }
+            }
+        }
+        Kernel::ExpertDown { x, routing, ws, first, rows, k, inter, hidden, out: o } => {
+            let (x, route) = (ins.bf16(*x)?, ins.f32(*routing)?);
+            need("expert_down x", x.len(), rows * k * inter)?;
+            need("expert_down routing", route.len(), rows * 2 * k)?;
+            let mut acc = vec![0f32; rows * hidden];
+            for (i, w) in ws.iter().enumerate() {
+                let w = ins.bf16(*w)?;
+                need("expert_down weight", w.len(), hidden * inter)?;
+                let slots = routed_to(route, *rows, *k, first + i);
+                if slots.is_empty() {
+                    continue;
+                }
+                let mut xs = Vec::with_capacity(slots.len() * inter);
+                for &(t, slot) in &slots {
+                    xs.extend_from_slice(&x[(t * k + slot) * inter..(t * k + slot + 1) * inter]);
+                }
+                matmul(&xs, w, (slots.len(), *hidden, *inter), s);
+                for (j, &(t, slot)) in slots.iter().enumerate() {
+                    let weight = route[t * 2 * k + k + slot];
+                    for (a, v) in acc[t * hidden..(t + 1) * hidden].iter_mut().zip(&s.y[j * hidden..(j + 1) * hidden]) {
+                        *a += weight * v;
+                    }
+                }
+            }
+            let dst = out_bf16(out, *o)?;
+            need("expert_down out", dst.len(), rows * hidden)?;
+            for (d, a) in dst.iter_mut().zip(&acc) {
+                *d = bf16::from_f32(*a);
             }
         }
         Kernel::Sum { parts, out: o } => {

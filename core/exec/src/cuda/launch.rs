@@ -272,7 +272,12 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
             let args = vec![P(v.ptr(*x, Bf16)?), P(v.ptr(*out, Bf16)?), L(*rows as i64), I(int(*inter)?)];
             launch(v.dev.any_module()?, "silu_mul", (grid_stride(v.dev, rows * inter), 1), args)
         }
-        Kernel::LayerNorm { .. } | Kernel::HeadNorm { .. } | Kernel::Act { .. } => {
+        Kernel::LayerNorm { .. }
+        | Kernel::HeadNorm { .. }
+        | Kernel::Act { .. }
+        | Kernel::TopK { .. }
+        | Kernel::ExpertUp { .. }
+        | Kernel::ExpertDown { .. } => {
             return Err(unsupported(k.name()));
         }
         Kernel::Sum { parts, out } => {

@@ -292,7 +292,10 @@ fn check_op(t: &Tenant, op: &slicesched_model::OpRef, p: OpPlace) -> Result<(), 
             | OpKind::OProj
             | OpKind::PostAttnNorm
             | OpKind::GateUpProj
-            | OpKind::DownProj => layer_of(op.segment).is_some_and(|l| g.range.has_layer(l)),
+            | OpKind::DownProj
+            | OpKind::Router
+            | OpKind::ExpertUp
+            | OpKind::ExpertDown => layer_of(op.segment).is_some_and(|l| g.range.has_layer(l)),
             // Qwen3's RoPE op norms the heads first, with the layer's weights.
             OpKind::Rope if t.model.config.qk_norm => layer_of(op.segment).is_some_and(|l| g.range.has_layer(l)),
             _ => true,
@@ -370,7 +373,11 @@ pub(super) fn launch_one(
         let mut outs = Vec::with_capacity(tp);
         let kind = op.spec.kind;
         if kind.is_collective() {
-            let src = act(acts, preds[0])?.clone();
+            let mut src = act(acts, preds[0])?.clone();
+            if preds.len() > 1 {
+                // Expert units' partial sums: added on each rank, then reduced once.
+                src = local_sum(&preds, acts, g, p.priority, bld, &mut rec)?;
+            }
             outs = super::collective::launch(kind, g, p.priority, &src, bld, &mut rec, sampled, result)?;
         } else {
             for r in 0..tp {
@@ -392,6 +399,14 @@ pub(super) fn launch_one(
                     waits.push(l.ready.clone());
                     ins.push(l);
                 }
+                if kind == OpKind::ExpertDown {
+                    // Its routing: the layer's router output, which the DAG does not draw
+                    // as an edge (the unit's tokens reach it through the activation).
+                    let router = router_of(dag, op.index)?;
+                    let l = bld.on(&act(acts, router)?[r], dev, s, &mut rec)?;
+                    waits.push(l.ready.clone());
+                    ins.push(l);
+                }
                 let (out, ev) = super::ops::launch_op(
                     t,
                     r,
@@ -404,6 +419,7 @@ pub(super) fn launch_one(
                     bld,
                     &mut rec,
                     (tokens, sampled, h, eps, heads),
+                    unit_of(dag, op.index),
                 )?;
                 if kind == OpKind::LmHead && tp == 1 {
                     let ids = bld.alloc(dev, Dtype::I32, sampled)?;
@@ -416,13 +432,60 @@ pub(super) fn launch_one(
                     rec.kernels.push(aev.clone());
                     *result = Some(((ids, aev), (out, 1, sampled, n)));
                 }
-                let dtype = if kind == OpKind::LmHead { Dtype::F32 } else { Dtype::Bf16 };
+                let dtype = if matches!(kind, OpKind::LmHead | OpKind::Router) { Dtype::F32 } else { Dtype::Bf16 };
                 outs.push(Loc { view: out, dtype, device: dev, ready: ev });
             }
         }
         acts[i as usize] = Some(outs);
         Ok(rec)
     }
+}
+
+/// Which of the layer's expert units op `i` belongs to, of how many (`(0, 1)` for others).
+fn unit_of(dag: &IterationDag, i: u32) -> (usize, usize) {
+    let kind = dag.op(i).spec.kind;
+    if !matches!(kind, OpKind::ExpertUp | OpKind::ExpertDown) {
+        return (0, 1);
+    }
+    let pos = ((i - dag.head.len() as u32) % dag.layer.len() as u32) as usize;
+    let of = |ops: &[slicesched_model::OpSpec]| ops.iter().filter(|o| o.kind == kind).count();
+    (of(&dag.layer[..pos]), of(&dag.layer))
+}
+
+/// The router op of op `i`'s layer.
+fn router_of(dag: &IterationDag, i: u32) -> Result<u32, ExecError> {
+    let (h, n) = (dag.head.len() as u32, dag.layer.len() as u32);
+    let start = h + (i - h) / n * n;
+    let pos = dag.layer.iter().position(|o| o.kind == OpKind::Router);
+    pos.map(|p| start + p as u32).ok_or_else(|| ExecError::Launch("an expert op in a layer without a router".into()))
+}
+
+/// Every rank's sum of `preds`' outputs (in pred order), on the rank's device.
+fn local_sum(
+    preds: &[u32],
+    acts: &[Option<Vec<Loc>>],
+    g: &super::Group,
+    priority: i32,
+    bld: &mut Build,
+    rec: &mut OpRec,
+) -> Result<Vec<Loc>, ExecError> {
+    let b = bld.b;
+    let mut out = Vec::with_capacity(g.ranks.len());
+    for (r, rank) in g.ranks.iter().enumerate() {
+        let dev = rank.device;
+        let s = b.stream(dev, priority)?;
+        let mut parts = Vec::with_capacity(preds.len());
+        for &q in preds {
+            parts.push(bld.on(&act(acts, q)?[r], dev, s, rec)?);
+        }
+        let len = parts[0].view.len;
+        let sum = bld.alloc(dev, Dtype::Bf16, len)?;
+        let waits: Vec<Event> = parts.iter().map(|l| l.ready.clone()).collect();
+        let ev = b.launch(s, Kernel::Sum { parts: parts.iter().map(|l| l.view).collect(), out: sum }, &waits)?;
+        rec.kernels.push(ev.clone());
+        out.push(Loc { view: sum, dtype: Dtype::Bf16, device: dev, ready: ev });
+    }
+    Ok(out)
 }
 
 fn act(acts: &[Option<Vec<Loc>>], i: u32) -> Result<&Vec<Loc>, ExecError> {

@@ -51,7 +51,8 @@ pub fn shard(model: &ExecModel, tp: usize, r: usize) -> Result<Shard, ExecError>
     let q_heads: Vec<usize> = (r * qh / tp..(r + 1) * qh / tp).collect();
     let mut kv_heads: Vec<usize> = q_heads.iter().map(|h| h / group).collect();
     kv_heads.dedup();
-    let i = c.intermediate_size as usize / tp;
+    // A mixture-of-experts layer splits each expert's width as a dense MLP is split.
+    let i = c.moe.map_or(c.intermediate_size, |m| m.expert_intermediate) as usize / tp;
     let v = model.vocab() / tp;
     Ok(Shard { q_heads, kv_heads, inter: r * i..(r + 1) * i, vocab: r * v..(r + 1) * v })
 }
@@ -93,9 +94,20 @@ pub struct LayerBufs {
     pub o: Linear,
     /// None in a parallel block (attention and MLP read the input norm).
     pub post_norm: Option<NormBufs>,
-    /// Gate and up rows (gated MLP), or the up projection alone.
-    pub gate_up: Linear,
-    pub down: Linear,
+    /// Gate and up rows (gated MLP), or the up projection alone; None in a
+    /// mixture-of-experts layer.
+    pub gate_up: Option<Linear>,
+    pub down: Option<Linear>,
+    pub moe: Option<MoeBufs>,
+}
+
+/// A mixture-of-experts layer on one rank: the router (whole on every rank) and each
+/// expert's share of its width (gate|up rows, down columns), as a dense MLP is split.
+#[derive(Debug, Clone)]
+pub struct MoeBufs {
+    pub router: View,
+    pub up: Vec<View>,
+    pub down: Vec<View>,
 }
 
 /// What one rank of a weight copy holds on its device.
@@ -205,21 +217,10 @@ fn load_rank_inner(
         } else {
             None
         };
-        let mut gate_up = Vec::new();
-        let mut gate_up_bias = Vec::new();
-        let ups: &[&str] = if c.gated_mlp { &["mlp.gate_proj", names.up] } else { &[names.up] };
-        for u in ups {
-            rows_of(t(&format!("{u}.weight"))?, s.inter.clone(), &mut gate_up);
-            if c.biases.mlp {
-                gate_up_bias.extend(part(&format!("{p}.{u}.bias"), s.inter.clone())?);
-            }
-        }
         // Row-parallel layers (O, down): the whole bias on rank 0, none elsewhere.
         let row_bias = |name: &str, on: bool| -> Result<Option<Vec<bf16>>, ExecError> {
             Ok(if on && r == 0 { Some(vec_of(&format!("{p}.{name}.bias"))?) } else { None })
         };
-        let o_bias = row_bias(names.o, c.biases.o)?;
-        let down_bias = row_bias(names.down, c.biases.mlp)?;
         let input_norm = norm(&format!("{p}.input_layernorm"), bufs)?;
         let qkv = Linear { w: up(qkv, bufs)?, bias: qkv_bias.map(|v| up(v, bufs)).transpose()? };
         let qk_norm = if c.qk_norm {
@@ -230,17 +231,44 @@ fn load_rank_inner(
         };
         let o = Linear {
             w: up(cols_of(t(&format!("{}.weight", names.o))?, qr.clone()), bufs)?,
-            bias: o_bias.map(|v| up(v, bufs)).transpose()?,
+            bias: row_bias(names.o, c.biases.o)?.map(|v| up(v, bufs)).transpose()?,
         };
         let post_norm =
             if c.parallel_block { None } else { Some(norm(&format!("{p}.post_attention_layernorm"), bufs)?) };
-        let gate_up =
-            Linear { w: up(gate_up, bufs)?, bias: if c.biases.mlp { Some(up(gate_up_bias, bufs)?) } else { None } };
-        let down = Linear {
-            w: up(cols_of(t(&format!("{}.weight", names.down))?, s.inter.clone()), bufs)?,
-            bias: down_bias.map(|v| up(v, bufs)).transpose()?,
+        let (gate_up, down, moe) = if let Some(moe) = c.moe {
+            // `shard` gave this rank its share of each expert's width.
+            let cols = s.inter.clone();
+            let [g, u, dn] = names.expert_projs;
+            let router = up(t(&format!("{}.weight", names.router))?.data.clone(), bufs)?;
+            let (mut ups, mut downs) = (Vec::new(), Vec::new());
+            for e in 0..moe.experts {
+                let ex = |n: &str| t(&format!("{}.{e}.{n}.weight", names.experts));
+                let mut gu = Vec::new();
+                rows_of(ex(g)?, cols.clone(), &mut gu);
+                rows_of(ex(u)?, cols.clone(), &mut gu);
+                ups.push(up(gu, bufs)?);
+                downs.push(up(cols_of(ex(dn)?, cols.clone()), bufs)?);
+            }
+            (None, None, Some(MoeBufs { router, up: ups, down: downs }))
+        } else {
+            let mut gate_up = Vec::new();
+            let mut gate_up_bias = Vec::new();
+            let ups: &[&str] = if c.gated_mlp { &["mlp.gate_proj", names.up] } else { &[names.up] };
+            for u in ups {
+                rows_of(t(&format!("{u}.weight"))?, s.inter.clone(), &mut gate_up);
+                if c.biases.mlp {
+                    gate_up_bias.extend(part(&format!("{p}.{u}.bias"), s.inter.clone())?);
+                }
+            }
+            let gate_up =
+                Linear { w: up(gate_up, bufs)?, bias: if c.biases.mlp { Some(up(gate_up_bias, bufs)?) } else { None } };
+            let down = Linear {
+                w: up(cols_of(t(&format!("{}.weight", names.down))?, s.inter.clone()), bufs)?,
+                bias: row_bias(names.down, c.biases.mlp)?.map(|v| up(v, bufs)).transpose()?,
+            };
+            (Some(gate_up), Some(down), None)
         };
-        *slot = Some(LayerBufs { input_norm, qkv, qk_norm, o, post_norm, gate_up, down });
+        *slot = Some(LayerBufs { input_norm, qkv, qk_norm, o, post_norm, gate_up, down, moe });
     }
     let embed = if range.head { Some(up(vec_of("model.embed_tokens.weight")?, bufs)?) } else { None };
     let (final_norm, lm_head) = if range.tail {

@@ -2,7 +2,7 @@
 //! GEMMs, RoPE, cache write + attention, activation, the LM head), with its workspace.
 
 use super::iter::{Build, Loc, OpRec, Part};
-use super::load::{Linear, NormBufs};
+use super::load::{LayerBufs, Linear, MoeBufs, NormBufs};
 use super::Tenant;
 use crate::backend::{Dtype, Event, StreamId, View};
 use crate::kernels::{Heads, Kernel};
@@ -22,6 +22,7 @@ pub(super) fn launch_op(
     bld: &mut Build,
     rec: &mut OpRec,
     (tokens, sampled, h, eps, heads): (usize, usize, usize, f32, Heads),
+    unit: (usize, usize),
 ) -> Result<(View, Event), ExecError> {
     let b = bld.b;
     let dev = rank.device;
@@ -142,21 +143,55 @@ pub(super) fn launch_op(
         }
         OpKind::GateUpProj => {
             let n = if cfg.gated_mlp { 2 * inter } else { inter };
-            let (y, k) = gemm(bld, ins[0].view, lw()?.gate_up, n, h, Dtype::Bf16, tokens)?;
+            let w = lw()?.gate_up.ok_or_else(|| ExecError::Launch("a dense MLP op in an expert layer".into()))?;
+            let (y, k) = gemm(bld, ins[0].view, w, n, h, Dtype::Bf16, tokens)?;
             (y, launch(rec, k, waits)?)
         }
         OpKind::Activation => {
-            let out = bld.alloc(dev, Dtype::Bf16, tokens * inter)?;
+            // An expert unit's activation covers every (token, slot) row of the routing.
+            let rows = cfg.moe.map_or(tokens, |m| tokens * m.top_k as usize);
+            let out = bld.alloc(dev, Dtype::Bf16, rows * inter)?;
             let x = ins[0].view;
             let k = match (cfg.activation, cfg.gated_mlp) {
-                (slicesched_model::Act::Silu, true) => Kernel::SiluMul { x, out, rows: tokens, inter },
-                (act, gated) => Kernel::Act { x, out, rows: tokens, inter, act, gated },
+                (slicesched_model::Act::Silu, true) => Kernel::SiluMul { x, out, rows, inter },
+                (act, gated) => Kernel::Act { x, out, rows, inter, act, gated },
             };
             (out, launch(rec, k, waits)?)
         }
         OpKind::DownProj => {
-            let (y, k) = gemm(bld, ins[0].view, lw()?.down, h, inter, Dtype::Bf16, tokens)?;
+            let w = lw()?.down.ok_or_else(|| ExecError::Launch("a dense MLP op in an expert layer".into()))?;
+            let (y, k) = gemm(bld, ins[0].view, w, h, inter, Dtype::Bf16, tokens)?;
             (y, launch(rec, k, waits)?)
+        }
+        OpKind::Router => {
+            let (moe, bufs) = moe_of(cfg, lw()?)?;
+            let (experts, k) = (moe.experts as usize, moe.top_k as usize);
+            let logits = bld.alloc(dev, Dtype::F32, tokens * experts)?;
+            let out = bld.alloc(dev, Dtype::F32, tokens * 2 * k)?;
+            let g = Kernel::Gemm { x: ins[0].view, w: bufs.router, bias: None, y: logits, m: tokens, n: experts, k: h };
+            let ge = launch(rec, g, waits)?;
+            let renormalize = t.model.numerics.moe_renormalize;
+            (out, launch(rec, Kernel::TopK { logits, out, rows: tokens, experts, k, renormalize }, &[ge])?)
+        }
+        OpKind::ExpertUp | OpKind::ExpertDown => {
+            let (moe, bufs) = moe_of(cfg, lw()?)?;
+            let k = moe.top_k as usize;
+            // The DAG's units follow a balanced routing of this batch's token count; the
+            // real routing may reach any expert, so the units present share them all.
+            let (j, p) = unit;
+            let e = moe.experts as usize;
+            let (first, last) = (j * e / p.max(1), (j + 1) * e / p.max(1));
+            let (x, routing) = (ins[0].view, ins[1].view);
+            let kern = if kind == OpKind::ExpertUp {
+                let out = bld.alloc(dev, Dtype::Bf16, tokens * k * 2 * inter)?;
+                let ws = bufs.up[first..last].to_vec();
+                (out, Kernel::ExpertUp { x, routing, ws, first, rows: tokens, k, n: 2 * inter, hidden: h, out })
+            } else {
+                let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
+                let ws = bufs.down[first..last].to_vec();
+                (out, Kernel::ExpertDown { x, routing, ws, first, rows: tokens, k, inter, hidden: h, out })
+            };
+            (kern.0, launch(rec, kern.1, waits)?)
         }
         OpKind::FinalNorm => {
             let rows = bld.meta(dev, Part::Sampled)?;
@@ -174,10 +209,21 @@ pub(super) fn launch_op(
         OpKind::AllReduce | OpKind::AllGather | OpKind::Transfer => {
             return Err(ExecError::Launch(format!("{} is not a per-rank op", kind.name())))
         }
-        // `Backend::refuses` stops mixture-of-experts models before anything is loaded.
-        OpKind::Router | OpKind::ExpertUp | OpKind::ExpertDown | OpKind::AllToAll => {
-            return Err(ExecError::Launch(format!("{}: the CPU executor does not run mixture-of-experts", kind.name())))
+        // `Backend::refuses` stops expert-parallel models before anything is loaded.
+        OpKind::AllToAll => {
+            return Err(ExecError::Launch(format!("{}: the executor does not run expert parallelism", kind.name())))
         }
     };
     Ok(out_ev)
+}
+
+/// The layer's experts, and the model's mixture.
+fn moe_of<'a>(
+    cfg: &slicesched_model::ModelConfig,
+    l: &'a LayerBufs,
+) -> Result<(slicesched_model::Moe, &'a MoeBufs), ExecError> {
+    match (cfg.moe, l.moe.as_ref()) {
+        (Some(m), Some(b)) => Ok((m, b)),
+        _ => Err(ExecError::Launch("an expert op in a dense layer".into())),
+    }
 }

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use slicesched_exec::model::{ExecModel, HostWeights};
 use slicesched_exec::runner::{ExecBatch, OpPlace, Runner, SeqWork};
 use slicesched_exec::{CpuBackend, CpuDeviceSpec, DeviceId};
-use slicesched_model::{Act, Biases, ModelConfig, Norm, OpKind, Segment};
+use slicesched_model::{Act, Biases, ModelConfig, Moe, Norm, OpKind, Segment};
 
 pub const GIB: u64 = 1 << 30;
 
@@ -62,6 +62,13 @@ pub fn arch(family: &str) -> ExecModel {
             c.activation = Act::Gelu;
             c.gated_mlp = false;
             c.biases = Biases { qkv: true, o: true, mlp: true, lm_head: false };
+        }
+        // Mixtral: 6 experts (each its own unit), 2 a token, renormalised.
+        "moe" => c.moe = Some(Moe { experts: 6, top_k: 2, expert_intermediate: 48, expert_parallel: false }),
+        // Qwen3-MoE: query/key norms, experts named under `mlp`.
+        "qwen3moe" => {
+            c.qk_norm = true;
+            c.moe = Some(Moe { experts: 8, top_k: 3, expert_intermediate: 32, expert_parallel: false });
         }
         other => panic!("no family {other}"),
     }
