@@ -315,8 +315,15 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
                 // of it; where it does not fit, the copy serves requests only (the core
                 // refuses borrowed ops beyond the reserve).
                 let room = gpus.iter().zip(&growth).all(|(x, g)| copy.weight_bytes_per_gpu + g <= budget[x.0 as usize]);
+                // A serving copy was judged with room for a KV cache beside its weights
+                // (`copy_on`); that room stays booked, or later weight-only copies take it
+                // and leave the copy a few requests' KV and its host's home under what its
+                // load keeps (gen-10 of scenarios/family: the 7B code tenant's copies on
+                // the 70B's GPUs got 9,872 tokens each, the 70B's home 110,704 of its
+                // 125,460, once the 34B's ranges went there too).
+                let kv_room = if copy.serves { copy.weight_bytes_per_gpu / 2 } else { 0 };
                 for (x, grow) in gpus.iter().zip(growth) {
-                    let cost = copy.weight_bytes_per_gpu + if room { grow } else { 0 };
+                    let cost = copy.weight_bytes_per_gpu + kv_room + if room { grow } else { 0 };
                     budget[x.0 as usize] -= cost.min(budget[x.0 as usize]);
                     if room {
                         guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
@@ -482,7 +489,7 @@ fn copy_on(scn: &Scenario, dep: &Deployment, h: &TenantHome, left: u64, serving:
     let whole = t.model.weight_bytes_per_gpu(t.gpus.len() as u32);
     let (range, bytes) = if serving {
         // A serving copy needs room for a useful KV cache too: a third of the budget
-        // stays for it.
+        // stays for it, booked by the caller (half the copy's weight bytes).
         if whole > left / 3 * 2 {
             return None;
         }

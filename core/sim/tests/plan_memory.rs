@@ -69,3 +69,27 @@ proptest! {
         }
     }
 }
+
+/// A serving copy keeps the KV room it was placed with: weight-only copies placed after
+/// it do not take it. In gen-10 of scenarios/family at rate scale 1.6709 the 7B code
+/// tenant's serving copies went to the 70B's GPUs and the 34B's weight ranges after them
+/// took what the copies' KV was judged on: 9,872 tokens a copy, and the 70B's home fell
+/// to 110,704 tokens of the 125,460 its load keeps (`slice` 11.5% late there, `pooled`
+/// with the same serving copies and no ranges 8.8%).
+#[test]
+fn a_serving_copy_keeps_its_kv_room() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/family/gen-10.toml");
+    let scn = slicesched_sim::Scenario::from_file_for(&path, None).unwrap().with_rate_scale(1.6709);
+    let p = plan(&scn, ReplicaMode::Both).unwrap();
+    for h in p.deployment.homes.iter() {
+        let t = &p.tenants[h.tenant.index()];
+        let tokens = h.kv_blocks as u64 * t.engine.block_size as u64;
+        if h.is_home {
+            assert!(tokens >= t.keep_kv_tokens, "{}: home KV {tokens} under the {} it keeps", t.name, t.keep_kv_tokens);
+        } else if h.serves {
+            // Room for half its weights' bytes of KV, less the host's split: tens of
+            // thousands of a 7B's tokens, not a few requests'.
+            assert!(tokens >= 30_000, "{}'s serving copy: {tokens} tokens of KV", t.name);
+        }
+    }
+}
