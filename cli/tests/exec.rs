@@ -299,6 +299,19 @@ fn run_serves_the_phi_qwen3_and_mixtral_layouts() {
         assert!(o.status.success(), "{model}: {}", String::from_utf8_lossy(&o.stderr));
         assert!(prof.join(model).join("mlp.csv").is_file(), "{model}");
     }
+    // The profile says each layout in Vidur's keys, and measures a mixture's MLP columns
+    // (its dense twin of one expert's width) instead of leaving them empty.
+    let yml = |m: &str| std::fs::read_to_string(prof.join(m).join("model_config.yml")).unwrap();
+    let phi = slicesched_model::ModelConfig::from_vidur_yaml(&yml("tiny-phi"), "phi", "tiny-phi").unwrap();
+    assert!(phi.parallel_block && phi.norm == slicesched_model::Norm::Layer && !phi.gated_mlp, "{phi:?}");
+    assert_eq!(phi.rotary_dim, Some(16));
+    let mix = std::fs::read_to_string(prof.join("tiny-mixtral/mlp.csv")).unwrap();
+    let head: Vec<&str> = mix.lines().next().unwrap().split(',').collect();
+    let up = head.iter().position(|c| c.contains("mlp_up_proj")).unwrap();
+    for row in mix.lines().skip(1) {
+        let v: f64 = row.split(',').nth(up).unwrap().parse().unwrap();
+        assert!(v > 0.0, "tiny-mixtral's up projection unmeasured: {row}");
+    }
     let out = tmp("run-arch");
     let o = bin()
         .args(["run", "--scenario", "scenarios/tiny-arch-3t.toml", "--executor", "cpu", "--quiet"])

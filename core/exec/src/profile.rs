@@ -173,6 +173,7 @@ pub fn profile(
     opts: &ProfileOptions,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Profile, ExecError> {
+    let model = &profiled_model(model);
     let tp = devices.len();
     let weights = HostWeights::random(model, 1);
     let max_tokens = opts.tokens.iter().chain(opts.prefills.iter().map(|p| &p.0)).copied().max().unwrap_or(1) as usize;
@@ -315,9 +316,23 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), ExecError> {
     std::fs::rename(&tmp, path).map_err(e)
 }
 
+/// What a profile measures of `model`: the model itself, or for a mixture of experts its
+/// dense twin of one expert's width. Vidur's `mlp.csv` has one up and one down
+/// projection per layer, and the cost model prices an expert GEMM as that class at its
+/// routed token count (`OpKind::cost_class`), so the columns hold a dense MLP of the
+/// expert's shape; the router and its top-k are left out (priced as a small GEMM).
+pub fn profiled_model(model: &ExecModel) -> ExecModel {
+    let mut m = model.clone();
+    if let Some(moe) = m.config.moe.take() {
+        m.config.intermediate_size = moe.expert_intermediate;
+    }
+    m
+}
+
 /// Writes `DIR/<model>/{mlp.csv, attention.csv, model_config.yml}` and
 /// `DIR/device_config.yml` (the measured peak, memory, devices).
 pub fn write(dir: &Path, model: &ExecModel, p: &Profile, memory_bytes: u64, devices: usize) -> Result<(), ExecError> {
+    let model = &profiled_model(model);
     let c = &model.config;
     let folder = dir.join(&c.name);
     std::fs::create_dir_all(&folder)
@@ -327,13 +342,14 @@ pub fn write(dir: &Path, model: &ExecModel, p: &Profile, memory_bytes: u64, devi
     for r in &p.mlp {
         let t: Vec<String> = r.ms.iter().map(|v| format!("{v:.6}")).collect();
         mlp += &format!(
-            "{},{},{},{},{},{},True,{},{}\n",
+            "{},{},{},{},{},{},{},{},{}\n",
             t.join(","),
             c.num_attention_heads,
             c.num_key_value_heads,
             c.hidden_size,
             c.intermediate_size,
             c.vocab_size,
+            if c.gated_mlp { "True" } else { "False" },
             r.tokens,
             p.tp
         );
@@ -355,11 +371,31 @@ pub fn write(dir: &Path, model: &ExecModel, p: &Profile, memory_bytes: u64, devi
             if a.prefill { "True" } else { "False" }
         );
     }
-    let cfg = format!(
-        "num_layers: {}\nnum_q_heads: {}\nnum_kv_heads: {}\nembedding_dim: {}\nmlp_hidden_dim: {}\nmax_position_embeddings: {}\nuse_gated_mlp: true\nuse_bias: false\nuse_qkv_bias: false\nactivation: silu\nnorm: rms_norm\npost_attn_norm: true\nrope_theta: {}\nvocab_size: {}\nis_neox_style: true\n",
-        c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.hidden_size, c.intermediate_size,
-        model.numerics.max_positions, model.numerics.rope_theta, c.vocab_size
+    // The layout as Vidur's keys say it (what `ModelConfig::from_vidur_yaml` reads back).
+    let act = match c.activation {
+        slicesched_model::Act::Silu => "silu",
+        slicesched_model::Act::Gelu => "gelu",
+        slicesched_model::Act::GeluTanh => "gelu_new",
+    };
+    let norm = if c.norm == slicesched_model::Norm::Layer { "layer_norm" } else { "rms_norm" };
+    let mut cfg = format!(
+        "num_layers: {}\nnum_q_heads: {}\nnum_kv_heads: {}\nembedding_dim: {}\nmlp_hidden_dim: {}\nmax_position_embeddings: {}\nuse_gated_mlp: {}\nuse_bias: {}\nuse_qkv_bias: {}\nactivation: {act}\nnorm: {norm}\npost_attn_norm: {}\nrope_theta: {}\nvocab_size: {}\nis_neox_style: true\n",
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.hidden_size,
+        c.intermediate_size,
+        model.numerics.max_positions,
+        c.gated_mlp,
+        c.biases.o || c.biases.mlp,
+        c.biases.qkv,
+        !c.parallel_block,
+        model.numerics.rope_theta,
+        c.vocab_size
     );
+    if let Some(r) = c.rotary_dim {
+        cfg += &format!("partial_rotary_factor: {}\n", r as f64 / c.head_dim as f64);
+    }
     write_atomic(&folder.join("mlp.csv"), &mlp)?;
     write_atomic(&folder.join("attention.csv"), &attn)?;
     write_atomic(&folder.join("model_config.yml"), &cfg)?;
