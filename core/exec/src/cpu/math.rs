@@ -61,6 +61,40 @@ fn out_f32(d: &mut Data, v: View) -> Result<&mut [f32], String> {
     }
 }
 
+/// Each expert's GEMM over the (token, slot) rows a [`Kernel::TopK`] `route` sends it:
+/// `ws[i]` is expert `first + i`'s `[n][k_in]` weights, `row(t, slot)` an input row;
+/// `emit(t, slot, y)` takes each output row, in expert then token order.
+#[allow(clippy::too_many_arguments)]
+fn per_expert<'x>(
+    ins: &Ins,
+    ws: &[View],
+    route: &[f32],
+    (first, rows, k): (usize, usize, usize),
+    (n, k_in): (usize, usize),
+    row: impl Fn(usize, usize) -> &'x [bf16],
+    s: &mut Scratch,
+    mut emit: impl FnMut(usize, usize, &[f32]),
+) -> Result<(), String> {
+    need("expert routing", route.len(), rows * 2 * k)?;
+    for (i, w) in ws.iter().enumerate() {
+        let w = ins.bf16(*w)?;
+        need("expert weight", w.len(), n * k_in)?;
+        let slots = routed_to(route, rows, k, first + i);
+        if slots.is_empty() {
+            continue;
+        }
+        let mut xs = Vec::with_capacity(slots.len() * k_in);
+        for &(t, slot) in &slots {
+            xs.extend_from_slice(row(t, slot));
+        }
+        matmul(&xs, w, (slots.len(), n, k_in), s);
+        for (j, &(t, slot)) in slots.iter().enumerate() {
+            emit(t, slot, &s.y[j * n..(j + 1) * n]);
+        }
+    }
+    Ok(())
+}
+
 /// The (token, slot) pairs a [`Kernel::TopK`] routing sends to expert `e`, in token order.
 fn routed_to(route: &[f32], rows: usize, k: usize, e: usize) -> Vec<(usize, usize)> {
     let mut v = Vec::new();
@@ -286,54 +320,27 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
         Kernel::ExpertUp { x, routing, ws, first, rows, k, n, hidden, out: o } => {
             let (x, route) = (ins.bf16(*x)?, ins.f32(*routing)?);
             need("expert_up x", x.len(), rows * hidden)?;
-            need("expert_up routing", route.len(), rows * 2 * k)?;
             let dst = out_bf16(out, *o)?;
             need("expert_up out", dst.len(), rows * k * n)?;
             dst[..rows * k * n].fill(bf16::ZERO);
-            for (i, w) in ws.iter().enumerate() {
-                let w = ins.bf16(*w)?;
-                need("expert_up weight", w.len(), n * hidden)?;
-                let slots = routed_to(route, *rows, *k, first + i);
-                if slots.is_empty() {
-                    continue;
+            let row = |t: usize, _| &x[t * hidden..(t + 1) * hidden];
+            per_expert(ins, ws, route, (*first, *rows, *k), (*n, *hidden), row, s, |t, slot, y| {
+                for (d, v) in dst[(t * k + slot) * n..(t * k + slot + 1) * n].iter_mut().zip(y) {
+                    *d = bf16::from_f32(*v);
                 }
-                let mut xs = Vec::with_capacity(slots.len() * hidden);
-                for &(t, _) in &slots {
-                    xs.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
-                }
-                matmul(&xs, w, (slots.len(), *n, *hidden), s);
-                for (j, &(t, slot)) in slots.iter().enumerate() {
-                    let row = &mut dst[(t * k + slot) * n..(t * k + slot + 1) * n];
-                    for (d, v) in row.iter_mut().zip(&s.y[j * n..(j + 1) * n]) {
-                        *d = bf16::from_f32(*v);
-                    }
-                }
-            }
+            })?;
         }
         Kernel::ExpertDown { x, routing, ws, first, rows, k, inter, hidden, out: o } => {
             let (x, route) = (ins.bf16(*x)?, ins.f32(*routing)?);
             need("expert_down x", x.len(), rows * k * inter)?;
-            need("expert_down routing", route.len(), rows * 2 * k)?;
             let mut acc = vec![0f32; rows * hidden];
-            for (i, w) in ws.iter().enumerate() {
-                let w = ins.bf16(*w)?;
-                need("expert_down weight", w.len(), hidden * inter)?;
-                let slots = routed_to(route, *rows, *k, first + i);
-                if slots.is_empty() {
-                    continue;
+            let row = |t: usize, slot: usize| &x[(t * k + slot) * inter..(t * k + slot + 1) * inter];
+            per_expert(ins, ws, route, (*first, *rows, *k), (*hidden, *inter), row, s, |t, slot, y| {
+                let weight = route[t * 2 * k + k + slot];
+                for (a, v) in acc[t * hidden..(t + 1) * hidden].iter_mut().zip(y) {
+                    *a += weight * v;
                 }
-                let mut xs = Vec::with_capacity(slots.len() * inter);
-                for &(t, slot) in &slots {
-                    xs.extend_from_slice(&x[(t * k + slot) * inter..(t * k + slot + 1) * inter]);
-                }
-                matmul(&xs, w, (slots.len(), *hidden, *inter), s);
-                for (j, &(t, slot)) in slots.iter().enumerate() {
-                    let weight = route[t * 2 * k + k + slot];
-                    for (a, v) in acc[t * hidden..(t + 1) * hidden].iter_mut().zip(&s.y[j * hidden..(j + 1) * hidden]) {
-                        *a += weight * v;
-                    }
-                }
-            }
+            })?;
             let dst = out_bf16(out, *o)?;
             need("expert_down out", dst.len(), rows * hidden)?;
             for (d, a) in dst.iter_mut().zip(&acc) {
