@@ -41,22 +41,21 @@ fn slice<T>(d: &[T], v: View) -> Result<&[T], String> {
     d.get(v.offset..v.offset + v.len).ok_or_else(|| format!("view {v:?} outside a buffer of {}", d.len()))
 }
 
+fn slice_mut<T>(d: &mut [T], v: View) -> Result<&mut [T], String> {
+    let n = d.len();
+    d.get_mut(v.offset..v.offset + v.len).ok_or_else(|| format!("view {v:?} outside a buffer of {n}"))
+}
+
 fn out_bf16(d: &mut Data, v: View) -> Result<&mut [bf16], String> {
     match d {
-        Data::Bf16(d) => {
-            let n = d.len();
-            d.get_mut(v.offset..v.offset + v.len).ok_or_else(|| format!("view {v:?} outside a buffer of {n}"))
-        }
+        Data::Bf16(d) => slice_mut(d, v),
         d => Err(format!("output buffer holds {}, kernel writes bf16", d.kind())),
     }
 }
 
 fn out_f32(d: &mut Data, v: View) -> Result<&mut [f32], String> {
     match d {
-        Data::F32(d) => {
-            let n = d.len();
-            d.get_mut(v.offset..v.offset + v.len).ok_or_else(|| format!("view {v:?} outside a buffer of {n}"))
-        }
+        Data::F32(d) => slice_mut(d, v),
         d => Err(format!("output buffer holds {}, kernel writes f32", d.kind())),
     }
 }
