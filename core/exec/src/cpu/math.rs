@@ -75,15 +75,24 @@ fn per_expert<'x>(
     mut emit: impl FnMut(usize, usize, &[f32]),
 ) -> Result<(), String> {
     need("expert routing", route.len(), rows * 2 * k)?;
-    for (i, w) in ws.iter().enumerate() {
+    // Every expert's (token, slot) rows in one pass over the routing, in token order.
+    let mut slots: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ws.len()];
+    for t in 0..rows {
+        for slot in 0..k {
+            let e = route[t * 2 * k + slot] as usize;
+            if let Some(v) = e.checked_sub(first).and_then(|i| slots.get_mut(i)) {
+                v.push((t, slot));
+            }
+        }
+    }
+    for (w, slots) in ws.iter().zip(&slots) {
         let w = ins.bf16(*w)?;
         need("expert weight", w.len(), n * k_in)?;
-        let slots = routed_to(route, rows, k, first + i);
         if slots.is_empty() {
             continue;
         }
         let mut xs = Vec::with_capacity(slots.len() * k_in);
-        for &(t, slot) in &slots {
+        for &(t, slot) in slots {
             xs.extend_from_slice(row(t, slot));
         }
         matmul(&xs, w, (slots.len(), n, k_in), s);
@@ -92,19 +101,6 @@ fn per_expert<'x>(
         }
     }
     Ok(())
-}
-
-/// The (token, slot) pairs a [`Kernel::TopK`] routing sends to expert `e`, in token order.
-fn routed_to(route: &[f32], rows: usize, k: usize, e: usize) -> Vec<(usize, usize)> {
-    let mut v = Vec::new();
-    for t in 0..rows {
-        for slot in 0..k {
-            if route[t * 2 * k + slot] as usize == e {
-                v.push((t, slot));
-            }
-        }
-    }
-    v
 }
 
 fn need(what: &str, have: usize, want: usize) -> Result<(), String> {
@@ -308,11 +304,11 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                 // Stable: equal logits keep the lower id first.
                 order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
                 let top = &order[..*k];
-                let p: Vec<f32> = top.iter().map(|&e| (row[e] - max).exp() / z).collect();
-                let sum: f32 = if *renormalize { p.iter().sum() } else { 1.0 };
-                for (i, (&e, p)) in top.iter().zip(&p).enumerate() {
+                let p = |e: usize| (row[e] - max).exp() / z;
+                let sum: f32 = if *renormalize { top.iter().map(|&e| p(e)).sum() } else { 1.0 };
+                for (i, &e) in top.iter().enumerate() {
                     dst[r * 2 * k + i] = e as f32;
-                    dst[r * 2 * k + k + i] = p / sum;
+                    dst[r * 2 * k + k + i] = p(e) / sum;
                 }
             }
         }

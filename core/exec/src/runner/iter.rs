@@ -373,13 +373,17 @@ pub(super) fn launch_one(
         let mut outs = Vec::with_capacity(tp);
         let kind = op.spec.kind;
         if kind.is_collective() {
-            let mut src = act(acts, preds[0])?.clone();
-            if preds.len() > 1 {
+            let src = if preds.len() > 1 {
                 // Expert units' partial sums: added on each rank, then reduced once.
-                src = local_sum(&preds, acts, g, p.priority, bld, &mut rec)?;
-            }
+                local_sum(&preds, acts, g, p.priority, bld, &mut rec)?
+            } else {
+                act(acts, preds[0])?.clone()
+            };
             outs = super::collective::launch(kind, g, p.priority, &src, bld, &mut rec, sampled, result)?;
         } else {
+            // An expert op's unit and (for the down GEMMs) its layer's router, once per op.
+            let unit = unit_of(dag, op.index);
+            let router = if kind == OpKind::ExpertDown { Some(router_of(dag, op.index)?) } else { None };
             for r in 0..tp {
                 let rank = &g.ranks[r];
                 let dev = rank.device;
@@ -399,10 +403,9 @@ pub(super) fn launch_one(
                     waits.push(l.ready.clone());
                     ins.push(l);
                 }
-                if kind == OpKind::ExpertDown {
+                if let Some(router) = router {
                     // Its routing: the layer's router output, which the DAG does not draw
                     // as an edge (the unit's tokens reach it through the activation).
-                    let router = router_of(dag, op.index)?;
                     let l = bld.on(&act(acts, router)?[r], dev, s, &mut rec)?;
                     waits.push(l.ready.clone());
                     ins.push(l);
@@ -419,7 +422,7 @@ pub(super) fn launch_one(
                     bld,
                     &mut rec,
                     (tokens, sampled, h, eps, heads),
-                    unit_of(dag, op.index),
+                    unit,
                 )?;
                 if kind == OpKind::LmHead && tp == 1 {
                     let ids = bld.alloc(dev, Dtype::I32, sampled)?;

@@ -80,8 +80,10 @@ pub(super) fn launch_op(
             let positions = bld.meta(dev, Part::Positions)?;
             let mut last = b.copy(s, ins[0].view, out, waits)?;
             rec.kernels.push(last.clone());
-            // Query/key norms carry weights: the op runs where its layer is (`check_op`).
-            if let Some((q_weight, k_weight)) = if cfg.qk_norm { lw()?.qk_norm } else { None } {
+            // Query/key norms carry weights: the op runs where its layer is (`check_op`);
+            // without them it needs none, and runs on any group.
+            let qk_norm = if cfg.qk_norm { lw()?.qk_norm } else { None };
+            if let Some((q_weight, k_weight)) = qk_norm {
                 let k = Kernel::HeadNorm { qkv: out, q_weight, k_weight, tokens, heads, eps };
                 last = launch(rec, k, &[last])?;
             }
