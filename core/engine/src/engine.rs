@@ -250,16 +250,15 @@ impl Engine {
     fn next_chunk(&self, s: &Seq, budget: u32) -> (u32, u32, u32) {
         let remaining = s.prefill_target().max(s.prompt) - s.computed;
         let chunk = remaining.min(budget);
-        (remaining, chunk, self.blocks_for(s.computed + chunk).saturating_sub(s.blocks))
+        (remaining, chunk, self.blocks_for(s.computed, s.computed + chunk).saturating_sub(s.blocks))
     }
 
-    fn blocks_for(&self, tokens: u32) -> u32 {
-        match self.kv_window {
-            // A sliding window keeps the last `w` tokens' KV: its blocks, plus the one
-            // the window's start is part-way through.
-            Some(w) if tokens > w => w.div_ceil(self.cfg.block_size) + 1,
-            _ => tokens.div_ceil(self.cfg.block_size),
-        }
+    /// Blocks a request holds once a step has computed its positions `start..end`: under
+    /// a sliding window only the span its queries read and its tokens fill (the executor
+    /// recycles the rest by the same rule, `slicesched_model::kv`). A request keeps the
+    /// most it ever held, as the executor keeps the blocks it recycles.
+    fn blocks_for(&self, start: u32, end: u32) -> u32 {
+        slicesched_model::kv::live_blocks(self.cfg.block_size, self.kv_window, start, end)
     }
 
     /// Caps the KV each request holds at a sliding window of `window` tokens (a model
@@ -273,7 +272,12 @@ impl Engine {
     /// Queues a request, unless it could never fit in the KV cache.
     pub fn add_request(&mut self, prompt: u32, output: u32) -> Admission {
         let output = output.max(1);
-        let need = self.blocks_for(prompt + output - 1);
+        let need = slicesched_model::kv::peak_blocks(
+            self.cfg.block_size,
+            self.kv_window,
+            prompt + output - 1,
+            self.cfg.max_batched_tokens,
+        );
         if need > self.blocks_total || prompt == 0 {
             return Admission::TooLong { blocks_needed: need, blocks_total: self.blocks_total };
         }
@@ -398,7 +402,7 @@ impl Engine {
                 decodes_left -= 1;
                 (Work::Decode, 1)
             };
-            let need = self.blocks_for(s.computed + tokens).saturating_sub(s.blocks);
+            let need = self.blocks_for(s.computed, s.computed + tokens).saturating_sub(s.blocks);
             // Free blocks by preempting the newest idle running requests, vLLM's policy.
             let mut self_preempted = false;
             let mut stuck = false;
@@ -756,17 +760,24 @@ mod tests {
 
     #[test]
     fn sliding_window_caps_a_requests_kv() {
-        // 10,000 tokens of context hold 625 blocks, or 257 under a 4096-token window.
+        // 10,000 tokens of context hold 625 blocks, or under a 4096-token window the
+        // window's 257 plus what the largest prefill chunk (256 tokens here) writes.
         let mut e = Engine::new(EngineConfig::default(), 300);
         assert!(matches!(e.add_request(9_000, 1_001), Admission::TooLong { blocks_needed: 625, .. }));
-        let mut e = Engine::new(EngineConfig::default(), 300).with_kv_window(Some(4096));
+        let windowed = |cfg| Engine::new(cfg, 300).with_kv_window(Some(4096));
+        // Chunks of 4,096 tokens: the second reads the first's last 4,095 tokens while it
+        // writes its own, 512 blocks live at once, more than the cache.
+        let mut e = windowed(EngineConfig::default());
+        assert!(matches!(e.add_request(9_000, 1_001), Admission::TooLong { blocks_needed: 513, .. }));
+        let mut e = windowed(EngineConfig { max_batched_tokens: 256, ..EngineConfig::default() });
         assert!(matches!(e.add_request(9_000, 1_001), Admission::Queued(_)));
         let mut held = 0;
         while let Some(b) = e.schedule() {
             held = held.max(e.kv_blocks_held());
             e.complete(b, &mut Vec::new());
         }
-        assert_eq!(held, 4096 / 16 + 1);
+        // Chunks start on block boundaries here: the window's 256 blocks and the chunk's 16.
+        assert_eq!(held, 4096 / 16 + 256 / 16);
         assert_eq!(e.kv_blocks_free(), 300);
         // Within the window nothing changes.
         let mut a = Engine::new(EngineConfig::default(), 300);

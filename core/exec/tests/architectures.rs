@@ -97,6 +97,45 @@ fn a_windowed_prompt_in_chunks_equals_one_chunk() {
 }
 
 #[test]
+fn a_windowed_sequence_runs_longer_than_its_cache() {
+    // Window 8, chunks of 5, a cache of 3 blocks (48 tokens): 60 positions fit only
+    // because blocks no query sees again are recycled, as many as the engine books for
+    // it (`slicesched_model::kv::live_blocks`), and the logits still match the reference.
+    let m = arch("window");
+    let window = m.window() as u32;
+    assert!(window > 0 && window < 16);
+    let w = weights(&m);
+    let b = backend(1);
+    let mut r = Runner::new(&b);
+    let t = r.load_tenant(m.clone(), &w, &devices(&[0]), 3).unwrap();
+    let p = prompt(57, m.vocab(), 11);
+    let (mut booked, mut last) = (0, None);
+    let mut seq = p.clone();
+    let mut start = 0;
+    while start < p.len() {
+        let c = &p[start..(start + 5).min(p.len())];
+        let end = start + c.len();
+        let s = SeqWork { seq: 4, tokens: c.to_vec(), start_pos: start, prefill: true, samples: end == p.len() };
+        last = Some(r.run(t, &ExecBatch { seqs: vec![s] }, &home, true).unwrap());
+        booked = booked.max(slicesched_model::kv::live_blocks(16, Some(window), start as u32, end as u32));
+        assert_eq!(3 - r.tenants[t].free_kv_blocks() as u32, booked, "blocks held after {start}..{end}");
+        start = end;
+    }
+    let mut out = last.unwrap();
+    for pos in p.len()..p.len() + 3 {
+        let tok = out.tokens[0].1;
+        seq.push(tok);
+        let want = reference::forward(&m, &w, &seq[..pos]).unwrap();
+        let e = rel_err(&out.logits.as_ref().unwrap()[0], &want[pos - 1]);
+        assert!(e < 3e-2, "position {pos}: logits rel err {e}");
+        let s = SeqWork { seq: 4, tokens: vec![tok], start_pos: pos, prefill: false, samples: true };
+        out = r.run(t, &ExecBatch { seqs: vec![s] }, &home, true).unwrap();
+    }
+    r.release(t, 4);
+    assert_eq!(r.tenants[t].free_kv_blocks(), 3, "every block back once");
+}
+
+#[test]
 fn the_window_changes_what_a_long_prompt_sees() {
     // Guard against a window the kernels ignore: with it the logits differ from the
     // same weights without it.

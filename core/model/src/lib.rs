@@ -13,6 +13,7 @@ mod arch;
 mod config;
 mod dag;
 mod hf;
+pub mod kv;
 mod moe;
 mod ops;
 

@@ -49,7 +49,7 @@ pub(super) fn prepare(t: &mut Tenant, batch: &ExecBatch) -> Result<(IterationBat
                 s.seq
             )));
         }
-        let blocks = t.blocks_for(s.seq, end)?.to_vec();
+        let blocks = t.blocks_for(s.seq, s.start_pos, end)?.to_vec();
         for (j, &tok) in s.tokens.iter().enumerate() {
             let p = s.start_pos + j;
             ids.push(tok);

@@ -69,7 +69,25 @@ pub struct Tenant {
     pub(crate) kv: Vec<KvRank>,
     pub kv_blocks: usize,
     free_blocks: Vec<i32>,
-    seq_blocks: HashMap<u64, Vec<i32>>,
+    seq_blocks: HashMap<u64, SeqKv>,
+}
+
+/// A sequence's KV blocks: `table[b]` is the block holding its positions `16b..16b+16`.
+/// Under a sliding window a block no query can see again is recycled for a new position
+/// (`slicesched_model::kv::live_blocks`, the rule the engine books by), so the entries
+/// before `first_held` name blocks that now hold later positions; they stay in the table
+/// because the attention kernel resolves every position's slot, and it reads none of them.
+#[derive(Debug, Default)]
+pub(crate) struct SeqKv {
+    table: Vec<i32>,
+    first_held: usize,
+}
+
+impl SeqKv {
+    /// The blocks the sequence holds, each once.
+    fn held(&self) -> &[i32] {
+        &self.table[self.first_held..]
+    }
 }
 
 impl Tenant {
@@ -225,7 +243,7 @@ impl<'b> Runner<'b> {
     pub fn release(&mut self, tenant: usize, seq: u64) {
         if let Some(t) = self.tenants.get_mut(tenant) {
             if let Some(b) = t.seq_blocks.remove(&seq) {
-                t.free_blocks.extend(b.into_iter().rev());
+                t.free_blocks.extend(b.held().iter().rev());
             }
         }
     }
@@ -256,21 +274,31 @@ impl Drop for Runner<'_> {
 }
 
 impl Tenant {
-    /// Makes sure `seq` has blocks for `ctx` tokens; returns its block list.
-    pub(crate) fn blocks_for(&mut self, seq: u64, ctx: usize) -> Result<&[i32], ExecError> {
-        let need = ctx.div_ceil(BLOCK_TOKENS);
-        let have = self.seq_blocks.get(&seq).map_or(0, |b| b.len());
-        if need > have && need - have > self.free_blocks.len() {
+    /// Makes sure `seq` has blocks for a step computing its positions `start..end`;
+    /// returns its block table. Under a sliding window, blocks whose positions the step's
+    /// first query can no longer see are recycled before any comes from the free list.
+    pub(crate) fn blocks_for(&mut self, seq: u64, start: usize, end: usize) -> Result<&[i32], ExecError> {
+        let window = self.model.window();
+        let first_live = if window > 0 { (start + 1).saturating_sub(window) / BLOCK_TOKENS } else { 0 };
+        let kv = self.seq_blocks.entry(seq).or_default();
+        let new = end.div_ceil(BLOCK_TOKENS).saturating_sub(kv.table.len());
+        let recyclable = first_live.min(kv.table.len()).saturating_sub(kv.first_held).min(new);
+        if new - recyclable > self.free_blocks.len() {
             return Err(ExecError::Placement(format!(
                 "sequence {seq} needs {} more KV blocks, {} free",
-                need - have,
+                new - recyclable,
                 self.free_blocks.len()
             )));
         }
-        let blocks = self.seq_blocks.entry(seq).or_default();
-        while blocks.len() < need {
-            blocks.push(self.free_blocks.pop().expect("checked"));
+        for k in 0..new {
+            let block = if k < recyclable {
+                kv.first_held += 1;
+                kv.table[kv.first_held - 1]
+            } else {
+                self.free_blocks.pop().expect("checked")
+            };
+            kv.table.push(block);
         }
-        Ok(blocks)
+        Ok(&kv.table)
     }
 }
