@@ -171,15 +171,19 @@ fn tensor_parallel_tenants_are_invariant_too() {
     check(2, 8);
 }
 
-/// phi's layout (biases, LayerNorm, parallel blocks, partial rotary) and Qwen3's (whose
-/// RoPE op norms heads with the layer's weights, so it runs only where they are).
+/// phi's layout (biases, LayerNorm, parallel blocks, partial rotary), Qwen3's (whose
+/// RoPE op norms heads with the layer's weights, so it runs only where they are),
+/// ALiBi's (no RoPE op: attention reads the raw qkv) and Gemma-2's (three norms after
+/// attention, a window on one layer, soft-caps).
 #[test]
 fn other_layouts_are_invariant_too() {
-    for family in ["phi", "qwen3", "moe"] {
+    for family in ["phi", "qwen3", "moe", "alibi", "gemma2"] {
         check_model(1, 8, arch(family));
     }
     check_model(2, 4, arch("phi"));
     check_model(2, 4, arch("qwen3moe"));
+    check_model(2, 4, arch("alibi"));
+    check_model(2, 4, arch("gemma2"));
 }
 
 /// A's greedy generation at home with more of A's own sequences in every batch: one of

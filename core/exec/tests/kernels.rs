@@ -75,7 +75,7 @@ fn norms_add_silu_embedding_gather_and_argmax() {
     let g = random_bf16(w, 4, 1.0);
     let (xv, gv) = (k.put(HostData::Bf16(x.clone())), k.put(HostData::Bf16(g.clone())));
     let out = k.out(Dtype::Bf16, rows * w);
-    k.run(Kernel::RmsNorm { x: xv, weight: gv, out, rows, width: w, eps: 1e-5 }).unwrap();
+    k.run(Kernel::RmsNorm { x: xv, weight: gv, out, rows, width: w, eps: 1e-5, unit_offset: false }).unwrap();
     let want = r::rmsnorm(&f(&x), &f(&g), 1e-5);
     for (a, b) in k.bf(out).iter().zip(&want) {
         assert!((a - b).abs() <= b.abs() * 8e-3 + 1e-6, "rmsnorm {a} vs {b}");
@@ -98,10 +98,10 @@ fn norms_add_silu_embedding_gather_and_argmax() {
     }
     let ids = k.put(HostData::I32(vec![4, 0, 4]));
     let emb = k.out(Dtype::Bf16, 3 * w);
-    k.run(Kernel::Embedding { ids, table: xv, out: emb, hidden: w }).unwrap();
+    k.run(Kernel::Embedding { ids, table: xv, out: emb, hidden: w, scale: None }).unwrap();
     assert_eq!(k.bf(emb)[..w], f(&x[4 * w..5 * w])[..]);
     let bad = k.put(HostData::I32(vec![5]));
-    let e = k.run(Kernel::Embedding { ids: bad, table: xv, out: emb.sub(0, w), hidden: w }).unwrap_err();
+    let e = k.run(Kernel::Embedding { ids: bad, table: xv, out: emb.sub(0, w), hidden: w, scale: None }).unwrap_err();
     assert!(e.to_string().contains("token id 5"), "{e}");
     let rows_v = k.put(HostData::I32(vec![2, 0]));
     let gath = k.out(Dtype::Bf16, 2 * w);
@@ -193,6 +193,7 @@ fn paged_attention_prefill_chunks_and_decodes_with_gqa() {
             max_blocks: 3,
             heads,
             window,
+            scores: Default::default(),
         })
         .unwrap();
         let got = k.bf(out);
@@ -205,7 +206,8 @@ fn paged_attention_prefill_chunks_and_decodes_with_gqa() {
                 let src = &q[(row0 + j) * heads.row()..][..heads.q * heads.dim];
                 qq[(n - q_rows + j) * heads.q * heads.dim..][..heads.q * heads.dim].copy_from_slice(&f(src));
             }
-            let want = r::attention(&qq, &kk, &vv, n, heads.q, heads.kv, heads.dim, window);
+            let want =
+                r::attention(&qq, &kk, &vv, n, heads.q, heads.kv, heads.dim, window, &r::Scores::plain(heads.dim));
             let w = &want[(n - q_rows) * heads.q * heads.dim..];
             let g = &got[row0 * heads.q * heads.dim..(row0 + q_rows) * heads.q * heads.dim];
             let e = rel(g, w);

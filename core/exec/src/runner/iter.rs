@@ -383,6 +383,9 @@ pub(super) fn launch_one(
         } else {
             // An expert op's unit and (for the down GEMMs) its layer's router, once per op.
             let unit = unit_of(dag, op.index);
+            // Attention reads its q, k, v from the rotated copy where a RoPE op made one
+            // (ALiBi has none); the raw qkv edge is then only an ordering.
+            let rotated = preds.iter().any(|&q| dag.op(q).spec.kind == OpKind::Rope);
             let router = if kind == OpKind::ExpertDown { Some(router_of(dag, op.index)?) } else { None };
             for r in 0..tp {
                 let rank = &g.ranks[r];
@@ -393,9 +396,7 @@ pub(super) fn launch_one(
                 let mut waits = Vec::new();
                 for &q in &preds {
                     let src = &act(acts, q)?[r];
-                    // Attention reads its q, k, v from the rotated copy; the raw qkv edge
-                    // is only an ordering.
-                    if kind == OpKind::Attention && dag.op(q).spec.kind == OpKind::QkvProj {
+                    if kind == OpKind::Attention && rotated && dag.op(q).spec.kind == OpKind::QkvProj {
                         waits.push(src.ready.clone());
                         continue;
                     }
@@ -444,10 +445,12 @@ pub(super) fn launch_one(
     }
 }
 
-/// Which of the layer's expert units op `i` belongs to, of how many (`(0, 1)` for others).
+/// Which of the layer's expert units op `i` belongs to, of how many; for a
+/// post-attention norm, which of the layer's (sandwich norms have three); `(0, 1)` for
+/// others.
 fn unit_of(dag: &IterationDag, i: u32) -> (usize, usize) {
     let kind = dag.op(i).spec.kind;
-    if !matches!(kind, OpKind::ExpertUp | OpKind::ExpertDown) {
+    if !matches!(kind, OpKind::ExpertUp | OpKind::ExpertDown | OpKind::PostAttnNorm) {
         return (0, 1);
     }
     let pos = ((i - dag.head.len() as u32) % dag.layer.len() as u32) as usize;

@@ -92,8 +92,10 @@ pub struct LayerBufs {
     /// Qwen3's query and key norms (one head wide each).
     pub qk_norm: Option<(View, View)>,
     pub o: Linear,
-    /// None in a parallel block (attention and MLP read the input norm).
-    pub post_norm: Option<NormBufs>,
+    /// The norms after the input norm in the order the layer applies them
+    /// (`Names::post_norms`): none in a parallel block (attention and MLP read the input
+    /// norm), three with sandwich norms.
+    pub post_norms: Vec<NormBufs>,
     /// Gate and up rows (gated MLP), or the up projection alone; None in a
     /// mixture-of-experts layer.
     pub gate_up: Option<Linear>,
@@ -120,6 +122,8 @@ pub struct RankWeights {
     pub final_norm: Option<NormBufs>,
     pub lm_head: Option<Linear>,
     pub rope: View,
+    /// The ALiBi slopes (f32) of this rank's query heads.
+    pub alibi: Option<View>,
     pub bufs: Vec<BufId>,
 }
 
@@ -233,8 +237,7 @@ fn load_rank_inner(
             w: up(cols_of(t(&format!("{}.weight", names.o))?, qr.clone()), bufs)?,
             bias: row_bias(names.o, c.biases.o)?.map(|v| up(v, bufs)).transpose()?,
         };
-        let post_norm =
-            if c.parallel_block { None } else { Some(norm(&format!("{p}.post_attention_layernorm"), bufs)?) };
+        let post_norms = names.post_norms.iter().map(|n| norm(&format!("{p}.{n}"), bufs)).collect::<Result<_, _>>()?;
         let (gate_up, down, moe) = if let Some(moe) = c.moe {
             // `shard` gave this rank its share of each expert's width.
             let cols = s.inter.clone();
@@ -268,7 +271,7 @@ fn load_rank_inner(
             };
             (Some(gate_up), Some(down), None)
         };
-        *slot = Some(LayerBufs { input_norm, qkv, qk_norm, o, post_norm, gate_up, down, moe });
+        *slot = Some(LayerBufs { input_norm, qkv, qk_norm, o, post_norms, gate_up, down, moe });
     }
     let embed = if range.head { Some(up(vec_of("model.embed_tokens.weight")?, bufs)?) } else { None };
     let (final_norm, lm_head) = if range.tail {
@@ -280,11 +283,18 @@ fn load_rank_inner(
     } else {
         (None, None)
     };
+    let f32s = |data: Vec<f32>, bufs: &mut Vec<BufId>| -> Result<View, ExecError> {
+        let id = b.alloc(device, Arena::Weights, Dtype::F32, data.len())?;
+        bufs.push(id);
+        let v = View::whole(id, data.len());
+        b.upload(v, &HostData::F32(data))?;
+        Ok(v)
+    };
     let rot = model.rotary_dim().max(2);
-    let table = model.numerics.rope_table(rot, model.numerics.max_positions);
-    let id = b.alloc(device, Arena::Weights, Dtype::F32, table.len())?;
-    bufs.push(id);
-    let rope = View::whole(id, table.len());
-    b.upload(rope, &HostData::F32(table))?;
-    Ok(RankWeights { device, shard: s, layers, embed, final_norm, lm_head, rope, bufs: bufs.clone() })
+    let rope = f32s(model.numerics.rope_table(rot, model.numerics.max_positions), bufs)?;
+    // Computed in f64 on the host, as the RoPE table is, so every backend reads the same.
+    let slopes = model.alibi_slopes();
+    let alibi =
+        if slopes.is_empty() { None } else { Some(f32s(s.q_heads.iter().map(|&h| slopes[h] as f32).collect(), bufs)?) };
+    Ok(RankWeights { device, shard: s, layers, embed, final_norm, lm_head, rope, alibi, bufs: bufs.clone() })
 }
