@@ -204,7 +204,9 @@ fn describes(text: &str, model: &ExecModel) -> bool {
         == (c.norm, c.activation, c.biases, c.gated_mlp, c.parallel_block, c.rotary_dim)
         && (back.qk_norm, back.sliding_window, back.window_layers, back.alibi, back.sandwich_norms)
             == (c.qk_norm, c.sliding_window, c.window_layers, c.alibi, c.sandwich_norms)
-        && back.moe == c.moe
+        // Expert parallelism is how a group serves the experts, not the checkpoint's.
+        && back.moe.map(|m| (m.experts, m.top_k, m.expert_intermediate))
+            == c.moe.map(|m| (m.experts, m.top_k, m.expert_intermediate))
         && (c.moe.is_none() || c.qk_norm || model.numerics.moe_renormalize)
         // A reload reads Gemma's numerics from the family alone.
         && model.numerics.gemma == c.sandwich_norms

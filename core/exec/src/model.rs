@@ -362,11 +362,9 @@ pub struct Names {
 /// every layer or on some (`ModelConfig::is_windowed_layer`), Gemma-2's sandwich norms
 /// with the numerics the DAG does not carry (`Numerics::gemma` and the soft-caps), tied
 /// embeddings, Mixtral's and Qwen3-MoE's mixtures of experts split across the
-/// tensor-parallel group). Expert parallelism it refuses.
+/// tensor-parallel group or expert-parallel: `runner/ep.rs`).
 pub fn cpu_departure(cfg: &ModelConfig) -> Option<&'static str> {
-    if cfg.moe.is_some_and(|m| m.expert_parallel) {
-        Some("expert parallelism")
-    } else if cfg.moe.is_some() && (!cfg.gated_mlp || cfg.biases.mlp || cfg.parallel_block) {
+    if cfg.moe.is_some() && (!cfg.gated_mlp || cfg.biases.mlp || cfg.parallel_block) {
         Some("an expert MLP other than Mixtral's and Qwen3-MoE's")
     } else if cfg.sandwich_norms && (cfg.moe.is_some() || cfg.parallel_block) {
         // The DAG norms a mixture's units' outputs one by one; no family has this.

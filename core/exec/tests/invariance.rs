@@ -174,7 +174,7 @@ fn tensor_parallel_tenants_are_invariant_too() {
 /// phi's layout (biases, LayerNorm, parallel blocks, partial rotary), Qwen3's (whose
 /// RoPE op norms heads with the layer's weights, so it runs only where they are),
 /// ALiBi's (no RoPE op: attention reads the raw qkv) and Gemma-2's (three norms after
-/// attention, a window on one layer, soft-caps).
+/// attention, a window on one layer, soft-caps), and a mixture split expert-parallel.
 #[test]
 fn other_layouts_are_invariant_too() {
     for family in ["phi", "qwen3", "moe", "alibi", "gemma2"] {
@@ -184,6 +184,8 @@ fn other_layouts_are_invariant_too() {
     check_model(2, 4, arch("qwen3moe"));
     check_model(2, 4, arch("alibi"));
     check_model(2, 4, arch("gemma2"));
+    // Expert parallelism: the combine adds every rank's partial sums in rank order.
+    check_model(2, 4, arch("moe-ep"));
 }
 
 /// A's greedy generation at home with more of A's own sequences in every batch: one of

@@ -365,28 +365,42 @@ pub(super) fn launch_one(
             kind: op.spec.kind,
             layer: layer.map(|l| l as u32),
             group: p.group,
-            ranks: if op.spec.kind == OpKind::AllGather { 1 } else { tp },
+            // The LM head's all-gather samples on rank 0 alone.
+            ranks: if op.spec.kind == OpKind::AllGather && layer.is_none() { 1 } else { tp },
             kernels: vec![],
             copies: vec![],
         };
         let preds = dag.preds(op.index);
         let mut outs = Vec::with_capacity(tp);
         let kind = op.spec.kind;
-        if kind.is_collective() {
+        let is = |q: &u32, k: OpKind| dag.op(*q).spec.kind == k;
+        if kind == OpKind::AllToAll && preds.iter().any(|q| is(q, OpKind::Router)) {
+            // Expert parallelism's dispatch: the MLP input (the routing every rank has).
+            let input = preds.iter().find(|q| !is(q, OpKind::Router)).copied().unwrap_or(preds[0]);
+            outs = super::ep::dispatch(g, p.priority, act(acts, input)?, tokens, bld, &mut rec)?;
+        } else if kind.is_collective() {
             let src = if preds.len() > 1 {
                 // Expert units' partial sums: added on each rank, then reduced once.
                 local_sum(&preds, acts, g, p.priority, bld, &mut rec)?
             } else {
                 act(acts, preds[0])?.clone()
             };
-            outs = super::collective::launch(kind, g, p.priority, &src, bld, &mut rec, sampled, result)?;
+            outs = match kind {
+                OpKind::AllToAll => super::ep::combine(g, p.priority, &src, tokens, bld, &mut rec)?,
+                // Inside a layer: expert parallelism's residual, whole again.
+                OpKind::AllGather if layer.is_some() => super::ep::gather(g, p.priority, &src, tokens, bld, &mut rec)?,
+                _ => super::collective::launch(kind, g, p.priority, &src, bld, &mut rec, sampled, result)?,
+            };
         } else {
-            // An expert op's unit and (for the down GEMMs) its layer's router, once per op.
+            // An expert op's unit and (for the down GEMMs, and the up ones under expert
+            // parallelism, whose input is the dispatch) its layer's router, once per op.
             let unit = unit_of(dag, op.index);
             // Attention reads its q, k, v from the rotated copy where a RoPE op made one
             // (ALiBi has none); the raw qkv edge is then only an ordering.
             let rotated = preds.iter().any(|&q| dag.op(q).spec.kind == OpKind::Rope);
-            let router = if kind == OpKind::ExpertDown { Some(router_of(dag, op.index)?) } else { None };
+            let routed_apart = kind == OpKind::ExpertUp && !preds.iter().any(|q| is(q, OpKind::Router));
+            let router =
+                if kind == OpKind::ExpertDown || routed_apart { Some(router_of(dag, op.index)?) } else { None };
             for r in 0..tp {
                 let rank = &g.ranks[r];
                 let dev = rank.device;

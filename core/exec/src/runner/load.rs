@@ -36,10 +36,13 @@ pub struct Shard {
     pub kv_heads: Vec<usize>,
     pub inter: std::ops::Range<usize>,
     pub vocab: std::ops::Range<usize>,
+    /// The experts of a mixture this rank holds (all but under expert parallelism).
+    pub experts: std::ops::Range<usize>,
 }
 
 /// The shard of rank `r` of `tp`: contiguous q heads; the kv heads they read (GQA); a
-/// slice of the MLP width and of the vocabulary.
+/// slice of the MLP width and of the vocabulary; under expert parallelism a contiguous
+/// share of the experts, each whole.
 pub fn shard(model: &ExecModel, tp: usize, r: usize) -> Result<Shard, ExecError> {
     let c = &model.config;
     c.check_tp(tp as u32).map_err(ExecError::Model)?;
@@ -51,10 +54,22 @@ pub fn shard(model: &ExecModel, tp: usize, r: usize) -> Result<Shard, ExecError>
     let q_heads: Vec<usize> = (r * qh / tp..(r + 1) * qh / tp).collect();
     let mut kv_heads: Vec<usize> = q_heads.iter().map(|h| h / group).collect();
     kv_heads.dedup();
-    // A mixture-of-experts layer splits each expert's width as a dense MLP is split.
-    let i = c.moe.map_or(c.intermediate_size, |m| m.expert_intermediate) as usize / tp;
     let v = model.vocab() / tp;
-    Ok(Shard { q_heads, kv_heads, inter: r * i..(r + 1) * i, vocab: r * v..(r + 1) * v })
+    let vocab = r * v..(r + 1) * v;
+    match c.moe {
+        // As the DAG has it: expert parallelism takes effect on a group of several.
+        Some(m) if m.expert_parallel && tp > 1 => {
+            let e = m.experts as usize / tp;
+            let inter = 0..m.expert_intermediate as usize;
+            Ok(Shard { q_heads, kv_heads, inter, vocab, experts: r * e..(r + 1) * e })
+        }
+        _ => {
+            // A mixture-of-experts layer splits each expert's width as a dense MLP is.
+            let i = c.moe.map_or(c.intermediate_size, |m| m.expert_intermediate) as usize / tp;
+            let experts = 0..c.moe.map_or(0, |m| m.experts as usize);
+            Ok(Shard { q_heads, kv_heads, inter: r * i..(r + 1) * i, vocab, experts })
+        }
+    }
 }
 
 /// Rows `rows` (each `width` wide) of a row-major tensor.
@@ -104,10 +119,13 @@ pub struct LayerBufs {
 }
 
 /// A mixture-of-experts layer on one rank: the router (whole on every rank) and each
-/// expert's share of its width (gate|up rows, down columns), as a dense MLP is split.
+/// expert's share of its width (gate|up rows, down columns), as a dense MLP is split;
+/// under expert parallelism the rank's experts whole.
 #[derive(Debug, Clone)]
 pub struct MoeBufs {
     pub router: View,
+    /// The expert `up[0]` and `down[0]` belong to.
+    pub first: usize,
     pub up: Vec<View>,
     pub down: Vec<View>,
 }
@@ -239,12 +257,13 @@ fn load_rank_inner(
         };
         let post_norms = names.post_norms.iter().map(|n| norm(&format!("{p}.{n}"), bufs)).collect::<Result<_, _>>()?;
         let (gate_up, down, moe) = if let Some(moe) = c.moe {
-            // `shard` gave this rank its share of each expert's width.
+            // `shard` gave this rank its experts and its share of each one's width.
             let cols = s.inter.clone();
             let [g, u, dn] = names.expert_projs;
             let router = up(t(&format!("{}.weight", names.router))?.data.clone(), bufs)?;
             let (mut ups, mut downs) = (Vec::new(), Vec::new());
-            for e in 0..moe.experts {
+            debug_assert!(s.experts.end <= moe.experts as usize);
+            for e in s.experts.clone() {
                 let ex = |n: &str| t(&format!("{}.{e}.{n}.weight", names.experts));
                 let mut gu = Vec::new();
                 rows_of(ex(g)?, cols.clone(), &mut gu);
@@ -252,7 +271,7 @@ fn load_rank_inner(
                 ups.push(up(gu, bufs)?);
                 downs.push(up(cols_of(ex(dn)?, cols.clone()), bufs)?);
             }
-            (None, None, Some(MoeBufs { router, up: ups, down: downs }))
+            (None, None, Some(MoeBufs { router, first: s.experts.start, up: ups, down: downs }))
         } else {
             let mut gate_up = Vec::new();
             let mut gate_up_bias = Vec::new();

@@ -189,18 +189,20 @@ pub(super) fn launch_op(
             let (moe, bufs) = moe_of(cfg, lw()?)?;
             let k = moe.top_k as usize;
             // The DAG's units follow a balanced routing of this batch's token count; the
-            // real routing may reach any expert, so the units present share them all.
+            // real routing may reach any of the rank's experts, so the units present
+            // share them all.
             let (j, p) = unit;
-            let e = moe.experts as usize;
-            let (first, last) = (j * e / p.max(1), (j + 1) * e / p.max(1));
+            let e = bufs.up.len();
+            let (lo, hi) = (j * e / p.max(1), (j + 1) * e / p.max(1));
+            let first = bufs.first + lo;
             let (x, routing) = (ins[0].view, ins[1].view);
             let kern = if kind == OpKind::ExpertUp {
                 let out = bld.alloc(dev, Dtype::Bf16, tokens * k * 2 * inter)?;
-                let ws = bufs.up[first..last].to_vec();
+                let ws = bufs.up[lo..hi].to_vec();
                 (out, Kernel::ExpertUp { x, routing, ws, first, rows: tokens, k, n: 2 * inter, hidden: h, out })
             } else {
                 let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
-                let ws = bufs.down[first..last].to_vec();
+                let ws = bufs.down[lo..hi].to_vec();
                 (out, Kernel::ExpertDown { x, routing, ws, first, rows: tokens, k, inter, hidden: h, out })
             };
             (kern.0, launch(rec, kern.1, waits)?)
@@ -223,12 +225,8 @@ pub(super) fn launch_op(
                 None => (y, ev),
             }
         }
-        OpKind::AllReduce | OpKind::AllGather | OpKind::Transfer => {
+        OpKind::AllReduce | OpKind::AllGather | OpKind::AllToAll | OpKind::Transfer => {
             return Err(ExecError::Launch(format!("{} is not a per-rank op", kind.name())))
-        }
-        // `Backend::refuses` stops expert-parallel models before anything is loaded.
-        OpKind::AllToAll => {
-            return Err(ExecError::Launch(format!("{}: the executor does not run expert parallelism", kind.name())))
         }
     };
     Ok(out_ev)

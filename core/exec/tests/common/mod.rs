@@ -70,6 +70,14 @@ pub fn arch(family: &str) -> ExecModel {
             c.qk_norm = true;
             c.moe = Some(Moe { experts: 8, top_k: 3, expert_intermediate: 32, expert_parallel: false });
         }
+        // The two mixtures with their experts split across the group whole (expert
+        // parallelism: dispatch and combine all-to-all, the residual all-gathered).
+        "moe-ep" | "qwen3moe-ep" => {
+            let mut m = arch(family.trim_end_matches("-ep"));
+            m.config.name = format!("micro-{family}");
+            m.config.moe.as_mut().expect("a mixture").expert_parallel = true;
+            return m;
+        }
         // ALiBi in place of RoPE (bloom's, MPT's, Baichuan's position encoding).
         "alibi" => c.alibi = true,
         // Gemma-2: sandwich norms, tanh-GELU gated MLP, tied embeddings, a window on layer
