@@ -191,8 +191,8 @@ fn each_thing_gemma2_and_alibi_add_changes_the_logits() {
 fn a_windowed_prompt_in_chunks_equals_one_chunk() {
     // Chunks of 5 over a window of 8: later chunks read keys a window back across the
     // chunk boundary, and earlier ones no longer; with windows on some layers only, the
-    // others read every key.
-    for family in ["window", "gemma2", "qwenwin"] {
+    // others read every key. ALiBi's bias follows each chunk's true positions.
+    for family in ["window", "gemma2", "qwenwin", "alibi"] {
         chunked_equals_whole(&arch(family));
     }
 }
@@ -336,4 +336,24 @@ fn layouts_the_cpu_backend_lacks_are_refused_before_loading() {
     let mut ep = ModelConfig::preset("mixtral-8x7b").unwrap();
     ep.moe.as_mut().unwrap().expert_parallel = true;
     assert_eq!(b.refuses(&ep), None, "expert parallelism");
+}
+
+#[test]
+fn gemma2_numerics_come_from_its_config_json() {
+    use slicesched_exec::model::Numerics;
+    let cfg = ModelConfig::preset("tiny-gemma2").unwrap();
+    let text = slicesched_model::preset_config_json("tiny-gemma2").unwrap();
+    let read = |t: &str| Numerics::from_hf_json(&cfg, t);
+    let caps = |n: Numerics| (n.gemma, n.query_pre_attn_scalar, n.attn_logit_softcap, n.final_logit_softcap);
+    assert_eq!(caps(read(text).unwrap()), (true, Some(48.0), Some(50.0), Some(30.0)));
+    // `null` turns a cap off; a key left out takes Gemma-2's default.
+    let off = text.replace("\"attn_logit_softcapping\": 50.0", "\"attn_logit_softcapping\": null");
+    assert_eq!(caps(read(&off).unwrap()), (true, Some(48.0), None, Some(30.0)));
+    let bare = text.replace("\"final_logit_softcapping\": 30.0,", "").replace("\"query_pre_attn_scalar\": 48,", "");
+    assert_eq!(caps(read(&bare).unwrap()), (true, Some(256.0), Some(50.0), Some(30.0)));
+    // Other families' classes ignore these keys, and so does the executor.
+    let llama = text.replace("\"gemma2\"", "\"llama\"");
+    assert_eq!(caps(read(&llama).unwrap()), (false, None, None, None));
+    let bad = text.replace("\"final_logit_softcapping\": 30.0", "\"final_logit_softcapping\": -1.0");
+    assert!(read(&bad).unwrap_err().to_string().contains("positive"));
 }
