@@ -381,7 +381,7 @@ pub(super) fn launch_one(
         } else if kind.is_collective() {
             let src = if preds.len() > 1 {
                 // Expert units' partial sums: added on each rank, then reduced once.
-                local_sum(&preds, acts, g, p.priority, bld, &mut rec)?
+                super::collective::local_sum(&preds, acts, g, p.priority, bld, &mut rec)?
             } else {
                 act(acts, preds[0])?.clone()
             };
@@ -480,35 +480,7 @@ fn router_of(dag: &IterationDag, i: u32) -> Result<u32, ExecError> {
     pos.map(|p| start + p as u32).ok_or_else(|| ExecError::Launch("an expert op in a layer without a router".into()))
 }
 
-/// Every rank's sum of `preds`' outputs (in pred order), on the rank's device.
-fn local_sum(
-    preds: &[u32],
-    acts: &[Option<Vec<Loc>>],
-    g: &super::Group,
-    priority: i32,
-    bld: &mut Build,
-    rec: &mut OpRec,
-) -> Result<Vec<Loc>, ExecError> {
-    let b = bld.b;
-    let mut out = Vec::with_capacity(g.ranks.len());
-    for (r, rank) in g.ranks.iter().enumerate() {
-        let dev = rank.device;
-        let s = b.stream(dev, priority)?;
-        let mut parts = Vec::with_capacity(preds.len());
-        for &q in preds {
-            parts.push(bld.on(&act(acts, q)?[r], dev, s, rec)?);
-        }
-        let len = parts[0].view.len;
-        let sum = bld.alloc(dev, Dtype::Bf16, len)?;
-        let waits: Vec<Event> = parts.iter().map(|l| l.ready.clone()).collect();
-        let ev = b.launch(s, Kernel::Sum { parts: parts.iter().map(|l| l.view).collect(), out: sum }, &waits)?;
-        rec.kernels.push(ev.clone());
-        out.push(Loc { view: sum, dtype: Dtype::Bf16, device: dev, ready: ev });
-    }
-    Ok(out)
-}
-
-fn act(acts: &[Option<Vec<Loc>>], i: u32) -> Result<&Vec<Loc>, ExecError> {
+pub(super) fn act(acts: &[Option<Vec<Loc>>], i: u32) -> Result<&Vec<Loc>, ExecError> {
     acts.get(i as usize)
         .and_then(|a| a.as_ref())
         .ok_or_else(|| ExecError::Placement(format!("op {i}'s output is needed before the op ran")))
