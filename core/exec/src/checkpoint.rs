@@ -178,7 +178,9 @@ pub fn config_json(model: &ExecModel) -> String {
             // default of 4096, so a model without one is not this family (`describes`).
             o.insert("sliding_window".into(), c.sliding_window.into());
             o.insert("attention_bias".into(), c.biases.qkv.into());
-            o.insert("query_pre_attn_scalar".into(), n.query_pre_attn_scalar.into());
+            // Gemma-2 has no unscaled default: none is the head dim's plain scale.
+            let scalar = n.query_pre_attn_scalar.unwrap_or(c.head_dim as f64);
+            o.insert("query_pre_attn_scalar".into(), scalar.into());
             o.insert("attn_logit_softcapping".into(), n.attn_logit_softcap.into());
             o.insert("final_logit_softcapping".into(), n.final_logit_softcap.into());
             if c.activation == Act::GeluTanh {

@@ -242,3 +242,24 @@ fn greedy_tokens_and_logits_do_not_depend_on_the_batch() {
         })
         .unwrap();
 }
+
+/// On the CPU the new layouts' logits are bit-identical wherever their ops ran: every op
+/// that may leave home taken to the last copy that holds it, against all at home.
+#[test]
+fn new_layouts_logits_do_not_move_a_bit_with_placement() {
+    let bits = |l: &[Vec<f32>]| l.iter().map(|r| r.iter().map(|v| v.to_bits()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    for family in ["moe-ep", "gemma2", "alibi"] {
+        let backend = backend(4);
+        let mut w = world_of(&backend, 2, arch(family));
+        let p = prompt(11, 96, 3);
+        let (want_toks, want) = generate_beside(&mut w, &p, 3, &home, 0);
+        let ranges = w.ranges.clone();
+        let away = |_: u32, k: OpKind, s: Segment| {
+            let ok = allowed(&ranges, k, s, false);
+            OpPlace { group: ok[ok.len() - 1], priority: 0 }
+        };
+        let (toks, got) = generate_beside(&mut w, &p, 3, &away, 5);
+        assert_eq!(toks, want_toks, "{family}");
+        assert_eq!(bits(&got), bits(&want), "{family}");
+    }
+}
