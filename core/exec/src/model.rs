@@ -238,12 +238,9 @@ impl ExecModel {
         }
         let heads = self.config.num_attention_heads as usize;
         let pow2 = 1usize << heads.max(1).ilog2();
-        let series = |n: usize, powers: &mut dyn Iterator<Item = usize>| -> Vec<f64> {
-            let base = 2f64.powf(-8.0 / n as f64);
-            powers.map(|p| base.powi(p as i32)).collect()
-        };
-        let mut s = series(pow2, &mut (1..=pow2));
-        s.extend(series(2 * pow2, &mut (1..).step_by(2).take(heads - pow2)));
+        let base = |n: usize| 2f64.powf(-8.0 / n as f64);
+        let mut s: Vec<f64> = (1..=pow2).map(|p| base(pow2).powi(p as i32)).collect();
+        s.extend((0..heads - pow2).map(|i| base(2 * pow2).powi(2 * i as i32 + 1)));
         s
     }
 
