@@ -332,3 +332,26 @@ fn run_serves_the_phi_qwen3_and_mixtral_layouts() {
         assert_eq!(t["completed"], t["requests"], "{t}");
     }
 }
+
+/// Gemma-2's layout and an expert-parallel mixture through `run` on the CPU executor.
+#[test]
+fn run_serves_gemma2_and_an_expert_parallel_mixture() {
+    let out = tmp("run-arch-ep");
+    let o = bin()
+        .args(["run", "--scenario", "scenarios/tiny-arch-ep.toml", "--executor", "cpu", "--quiet"])
+        .args(["--policy", "native:dedicated", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["oom_events"], 0);
+    assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
+    let tenants = s["tenants"].as_array().unwrap();
+    let models: Vec<&str> = tenants.iter().map(|t| t["model"].as_str().unwrap()).collect();
+    assert_eq!(models, ["tiny-gemma2", "tiny-mixtral"]);
+    for t in tenants {
+        assert!(t["requests"].as_u64().unwrap() > 0, "{t}");
+        assert_eq!(t["completed"], t["requests"], "{t}");
+    }
+}

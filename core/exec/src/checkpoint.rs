@@ -105,8 +105,9 @@ impl safetensors::View for Bf16View<'_> {
 }
 
 /// The `config.json` of a model, as Hugging Face writes it for the family whose layout
-/// the model has: `qwen3_moe` and `mixtral` (experts, with and without query/key norms),
-/// `phi` (parallel blocks), `qwen3` (query/key norms), `qwen2` (q/k/v biases alone), else
+/// the model has: `gemma2` (sandwich norms, with its soft-caps and query scale),
+/// `qwen3_moe` and `mixtral` (experts, with and without query/key norms), `phi`
+/// (parallel blocks), `qwen3` (query/key norms), `qwen2` (q/k/v biases alone), else
 /// `llama` (with `attention_bias`, `mlp_bias`, `sliding_window`).
 /// [`save`] refuses a model no family describes.
 pub fn config_json(model: &ExecModel) -> String {
@@ -116,7 +117,9 @@ pub fn config_json(model: &ExecModel) -> String {
         serde_json::json!({"rope_type": "llama3", "factor": s.factor, "low_freq_factor": s.low_freq_factor,
             "high_freq_factor": s.high_freq_factor, "original_max_position_embeddings": s.original_max_position_embeddings})
     });
-    let (family, arch) = if c.moe.is_some() && c.qk_norm {
+    let (family, arch) = if c.sandwich_norms {
+        ("gemma2", "Gemma2ForCausalLM")
+    } else if c.moe.is_some() && c.qk_norm {
         ("qwen3_moe", "Qwen3MoeForCausalLM")
     } else if c.moe.is_some() {
         ("mixtral", "MixtralForCausalLM")
@@ -170,6 +173,20 @@ pub fn config_json(model: &ExecModel) -> String {
             o.insert("mlp_bias".into(), c.biases.mlp.into());
             o.insert("sliding_window".into(), c.sliding_window.into());
         }
+        "gemma2" => {
+            // Gemma-2 windows alternate layers; `sliding_window: null` would mean its
+            // default of 4096, so a model without one is not this family (`describes`).
+            o.insert("sliding_window".into(), c.sliding_window.into());
+            o.insert("attention_bias".into(), c.biases.qkv.into());
+            // Gemma-2 has no unscaled default: none is the head dim's plain scale.
+            let scalar = n.query_pre_attn_scalar.unwrap_or(c.head_dim as f64);
+            o.insert("query_pre_attn_scalar".into(), scalar.into());
+            o.insert("attn_logit_softcapping".into(), n.attn_logit_softcap.into());
+            o.insert("final_logit_softcapping".into(), n.final_logit_softcap.into());
+            if c.activation == Act::GeluTanh {
+                o.insert("hidden_activation".into(), "gelu_pytorch_tanh".into());
+            }
+        }
         "qwen2" | "qwen3" | "qwen3_moe" => {
             o.insert("use_sliding_window".into(), c.sliding_window.is_some().into());
             o.insert("sliding_window".into(), c.sliding_window.into());
@@ -189,8 +206,12 @@ fn describes(text: &str, model: &ExecModel) -> bool {
         == (c.norm, c.activation, c.biases, c.gated_mlp, c.parallel_block, c.rotary_dim)
         && (back.qk_norm, back.sliding_window, back.window_layers, back.alibi, back.sandwich_norms)
             == (c.qk_norm, c.sliding_window, c.window_layers, c.alibi, c.sandwich_norms)
-        && back.moe == c.moe
+        // Expert parallelism is how a group serves the experts, not the checkpoint's.
+        && back.moe.map(|m| (m.experts, m.top_k, m.expert_intermediate))
+            == c.moe.map(|m| (m.experts, m.top_k, m.expert_intermediate))
         && (c.moe.is_none() || c.qk_norm || model.numerics.moe_renormalize)
+        // A reload reads Gemma's numerics from the family alone.
+        && model.numerics.gemma == c.sandwich_norms
 }
 
 fn write_atomic(path: &Path, f: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), ExecError> {
@@ -206,7 +227,7 @@ pub fn save(dir: &Path, model: &ExecModel, w: &HostWeights, shard_bytes: Option<
     if !describes(&config, model) {
         return Err(err(
             dir,
-            format!("{}: no Hugging Face model family (llama, mistral-style windows, qwen2, qwen3, phi, mixtral, qwen3_moe) has this layout", model.config.name),
+            format!("{}: no Hugging Face model family (llama, mistral-style windows, qwen2, qwen3, phi, mixtral, qwen3_moe, gemma2) has this layout; ALiBi has none here", model.config.name),
         ));
     }
     std::fs::create_dir_all(dir).map_err(|e| err(dir, e.to_string()))?;

@@ -17,10 +17,12 @@ pub const BLOCK_TOKENS: usize = 16;
 /// works in place (RoPE) has its tensor as output and not among its inputs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kernel {
-    /// `out[t] = table[ids[t] - vocab_start]` (rows of `hidden`).
-    Embedding { ids: View, table: View, out: View, hidden: usize },
-    /// `out = x · rsqrt(mean(x²) + eps) · weight`, row by row.
-    RmsNorm { x: View, weight: View, out: View, rows: usize, width: usize, eps: f32 },
+    /// `out[t] = table[ids[t] - vocab_start]` (rows of `hidden`), times `scale` where
+    /// given (Gemma's √hidden; f32 product, one rounding).
+    Embedding { ids: View, table: View, out: View, hidden: usize, scale: Option<f32> },
+    /// `out = x · rsqrt(mean(x²) + eps) · weight`, row by row; `(1 + weight)` where
+    /// `unit_offset` (Gemma's convention).
+    RmsNorm { x: View, weight: View, out: View, rows: usize, width: usize, eps: f32, unit_offset: bool },
     /// `out[i] = x[rows[i]]` (the last token of each sampled sequence).
     GatherRows { x: View, rows: View, out: View, width: usize },
     /// `y = x · wᵀ (+ bias)`, f32 accumulation, the bias (n wide, bf16) added before the
@@ -39,7 +41,8 @@ pub enum Kernel {
     CacheWrite { qkv: View, slots: View, cache: View, tokens: usize, heads: Heads },
     /// Paged causal attention for prefill chunks and decodes alike, with GQA: query row
     /// `j` of sequence `s` sits at position `ctx_lens[s] − q_len + j` and sees keys up to it,
-    /// the last `window` of them where `window` > 0 (sliding-window attention).
+    /// the last `window` of them where `window` > 0 (sliding-window attention); `scores`
+    /// says how a score is formed.
     Attention {
         qkv: View,
         cache: View,
@@ -51,6 +54,7 @@ pub enum Kernel {
         max_blocks: usize,
         heads: Heads,
         window: usize,
+        scores: Scores,
     },
     /// `out = a + b`.
     Add { a: View, b: View, out: View },
@@ -96,9 +100,23 @@ pub enum Kernel {
     /// `out = Σ parts` in the given order (the local step of an all-reduce; every rank
     /// sums in rank order, so all ranks hold identical bits).
     Sum { parts: Vec<View>, out: View },
+    /// `x = cap · tanh(x / cap)` in place over f32 `x` (Gemma-2's final logit soft-cap).
+    Softcap { x: View, cap: f32 },
     /// Greedy sampling: `out[r] = argmax` over the row spread across `shards` blocks of
     /// `[rows][shard_n]` f32 logits (an all-gathered vocab); ties take the lowest id.
     Argmax { logits: View, out: View, rows: usize, shards: usize, shard_n: usize },
+}
+
+/// How an attention score is formed beyond Llama's `q·k / √D` (the default).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Scores {
+    /// What multiplies q·k instead of 1/√D (Gemma-2's `query_pre_attn_scalar`^-½).
+    pub scale: Option<f32>,
+    /// `cap · tanh(s / cap)` of the scaled score (Gemma-2's attention soft-cap).
+    pub softcap: Option<f32>,
+    /// f32 slopes of the shard's query heads: `slope · (key pos − query pos)` is added to
+    /// the score (ALiBi; HF's bloom adds `slope · key pos`, the same after softmax).
+    pub alibi: Option<View>,
 }
 
 /// Head counts of one shard.
@@ -135,6 +153,7 @@ impl Kernel {
             Kernel::Act { act: slicesched_model::Act::Silu, .. } => "silu",
             Kernel::Act { .. } => "gelu",
             Kernel::Sum { .. } => "sum",
+            Kernel::Softcap { .. } => "softcap",
             Kernel::Argmax { .. } => "argmax",
         }
     }
@@ -156,6 +175,7 @@ impl Kernel {
             | Kernel::Argmax { out, .. } => *out,
             Kernel::Gemm { y, .. } => *y,
             Kernel::Rope { qkv, .. } | Kernel::HeadNorm { qkv, .. } => *qkv,
+            Kernel::Softcap { x, .. } => *x,
             Kernel::CacheWrite { cache, .. } => *cache,
         }
     }
@@ -175,9 +195,10 @@ impl Kernel {
             }
             Kernel::Rope { positions, table, .. } => vec![*positions, *table],
             Kernel::CacheWrite { qkv, slots, .. } => vec![*qkv, *slots],
-            Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, .. } => {
-                vec![*qkv, *cache, *block_tables, *q_start, *ctx_lens]
+            Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, scores, .. } => {
+                [*qkv, *cache, *block_tables, *q_start, *ctx_lens].into_iter().chain(scores.alibi).collect()
             }
+            Kernel::Softcap { .. } => vec![],
             Kernel::Add { a, b, .. } => vec![*a, *b],
             Kernel::SiluMul { x, .. } => vec![*x],
             Kernel::Sum { parts, .. } => parts.clone(),

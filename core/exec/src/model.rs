@@ -31,6 +31,16 @@ pub struct Numerics {
     /// A mixture-of-experts router renormalises the top-k probabilities to sum to one
     /// (Mixtral always; Qwen3-MoE's `norm_topk_prob`).
     pub moe_renormalize: bool,
+    /// Gemma's: embeddings times √hidden (rounded to bf16 first, as HF's normalizer is),
+    /// and RMSNorm weights stored as an offset from one (`x̂ · (1 + w)`).
+    pub gemma: bool,
+    /// Attention scores scaled by this^-½ instead of head_dim^-½ (Gemma-2's
+    /// `query_pre_attn_scalar`).
+    pub query_pre_attn_scalar: Option<f64>,
+    /// `cap · tanh(s / cap)` of every scaled attention score (`attn_logit_softcapping`).
+    pub attn_logit_softcap: Option<f64>,
+    /// `cap · tanh(l / cap)` of every logit (`final_logit_softcapping`).
+    pub final_logit_softcap: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -42,15 +52,32 @@ struct HfNumerics {
     tie_word_embeddings: Option<bool>,
     norm_topk_prob: Option<bool>,
     rope_scaling: Option<serde_json::Value>,
+    model_type: Option<String>,
+    query_pre_attn_scalar: Option<f64>,
+    // Absent and `null` differ here: Gemma-2 caps by default, `null` turns a cap off.
+    #[serde(default, deserialize_with = "present")]
+    attn_logit_softcapping: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "present")]
+    final_logit_softcapping: Option<Option<f64>>,
 }
 
+/// `Some(None)` for a key given as `null`, `None` (the default) for an absent one.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<f64>>, D::Error> {
+    Option::<f64>::deserialize(d).map(Some)
+}
+
+/// Gemma-2's default soft-caps (HF `Gemma2Config`): 50 on attention scores, 30 on logits.
+const GEMMA2_CAPS: (f64, f64) = (50.0, 30.0);
+
 impl Numerics {
-    /// Defaults by family: Llama-3 gets θ = 500000 and its scaling, others θ = 10000.
+    /// Defaults by family: Llama-3 gets θ = 500000 and its scaling, others θ = 10000;
+    /// the sandwich-norm layout (Gemma-2's) gets Gemma-2's numerics.
     pub fn for_model(cfg: &ModelConfig) -> Self {
         let llama3 = cfg.name.contains("llama-3");
+        let gemma = cfg.sandwich_norms;
         Self {
             rope_theta: if llama3 { 500_000.0 } else { 10_000.0 },
-            rms_norm_eps: 1e-5,
+            rms_norm_eps: if gemma { 1e-6 } else { 1e-5 },
             rope_scaling: llama3.then_some(Llama3Scaling {
                 factor: 8.0,
                 low_freq_factor: 1.0,
@@ -60,6 +87,11 @@ impl Numerics {
             max_positions: 8192,
             tie_word_embeddings: cfg.tie_embeddings,
             moe_renormalize: true,
+            gemma,
+            // HF's default scalar (256) is its default head dim: the plain scale.
+            query_pre_attn_scalar: gemma.then_some(cfg.head_dim as f64),
+            attn_logit_softcap: gemma.then_some(GEMMA2_CAPS.0),
+            final_logit_softcap: gemma.then_some(GEMMA2_CAPS.1),
         }
     }
 
@@ -72,6 +104,20 @@ impl Numerics {
         n.max_positions = h.max_position_embeddings.unwrap_or(n.max_positions).min(1 << 17);
         n.tie_word_embeddings = h.tie_word_embeddings.unwrap_or(cfg.tie_embeddings);
         n.moe_renormalize = h.norm_topk_prob.unwrap_or(true);
+        // Only Gemma-2 reads these keys (the other families' HF classes ignore them).
+        n.gemma = h.model_type.as_deref() == Some("gemma2");
+        if n.gemma {
+            n.query_pre_attn_scalar = Some(h.query_pre_attn_scalar.unwrap_or(256.0));
+            n.attn_logit_softcap = h.attn_logit_softcapping.unwrap_or(Some(GEMMA2_CAPS.0));
+            n.final_logit_softcap = h.final_logit_softcapping.unwrap_or(Some(GEMMA2_CAPS.1));
+        } else {
+            (n.query_pre_attn_scalar, n.attn_logit_softcap, n.final_logit_softcap) = (None, None, None);
+        }
+        if [n.query_pre_attn_scalar, n.attn_logit_softcap, n.final_logit_softcap].iter().flatten().any(|v| *v <= 0.0) {
+            return Err(ExecError::Model(
+                "config.json: query_pre_attn_scalar and the soft-caps must be positive".into(),
+            ));
+        }
         n.rope_scaling = match h.rope_scaling {
             None | Some(serde_json::Value::Null) => None,
             Some(v) => {
@@ -164,9 +210,38 @@ impl ExecModel {
         }
     }
 
-    /// Keys a query sees at most (sliding-window attention on every layer), 0 for all.
-    pub fn window(&self) -> usize {
-        self.config.kv_window().map_or(0, |w| w as usize)
+    /// Keys a query of layer `l` sees at most (its sliding window), 0 for all.
+    pub fn window(&self, l: usize) -> usize {
+        match self.config.sliding_window {
+            Some(w) if self.config.is_windowed_layer(l as u64) => w as usize,
+            _ => 0,
+        }
+    }
+
+    /// What multiplies q·k: head_dim^-½, or `query_pre_attn_scalar`^-½ where given.
+    pub fn attn_scale(&self) -> f64 {
+        1.0 / self.numerics.query_pre_attn_scalar.unwrap_or(self.head_dim() as f64).sqrt()
+    }
+
+    /// The embedding's multiplier (Gemma's √hidden, rounded to bf16 as HF's normalizer
+    /// is, so that one rounding of the product matches theirs), None for the others.
+    pub fn embed_scale(&self) -> Option<f32> {
+        self.numerics.gemma.then(|| bf16::from_f64((self.hidden() as f64).sqrt()).to_f32())
+    }
+
+    /// Each query head's ALiBi slope (empty without ALiBi), as HF's bloom, MPT and
+    /// Baichuan compute them: a geometric series from 2^(-8/n) for the largest power of
+    /// two n ≤ heads, the rest interleaved from the series of 2n.
+    pub fn alibi_slopes(&self) -> Vec<f64> {
+        if !self.config.alibi {
+            return Vec::new();
+        }
+        let heads = self.config.num_attention_heads as usize;
+        let pow2 = 1usize << heads.max(1).ilog2();
+        let base = |n: usize| 2f64.powf(-8.0 / n as f64);
+        let mut s: Vec<f64> = (1..=pow2).map(|p| base(pow2).powi(p as i32)).collect();
+        s.extend((0..heads - pow2).map(|i| base(2 * pow2).powi(2 * i as i32 + 1)));
+        s
     }
 
     /// The Hugging Face names of this model's tensors.
@@ -178,6 +253,15 @@ impl ExecModel {
         // w2 (down); Qwen3-MoE (the MoE family with query/key norms) under `mlp`.
         let mixtral = !self.config.qk_norm;
         Names {
+            // Gemma-2's post-attention norm is the attention output's; its MLP has norms
+            // of its own before and after.
+            post_norms: if phi {
+                &[]
+            } else if self.config.sandwich_norms {
+                &["post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
+            } else {
+                &["post_attention_layernorm"]
+            },
             o: if phi { "self_attn.dense" } else { "self_attn.o_proj" },
             up: if phi { "mlp.fc1" } else { "mlp.up_proj" },
             down: if phi { "mlp.fc2" } else { "mlp.down_proj" },
@@ -221,8 +305,8 @@ impl ExecModel {
                 v.push((format!("{p}.self_attn.k_norm.weight"), vec![d]));
             }
             linear(&mut v, format!("{p}.{}", names.o), h, q, c.biases.o);
-            if !c.parallel_block {
-                norm(&mut v, format!("{p}.post_attention_layernorm"));
+            for n in names.post_norms {
+                norm(&mut v, format!("{p}.{n}"));
             }
             if let Some(moe) = c.moe {
                 let ei = moe.expert_intermediate as usize;
@@ -255,6 +339,9 @@ impl ExecModel {
 /// Where a model family keeps the tensors whose names differ from Llama's.
 #[derive(Debug, Clone, Copy)]
 pub struct Names {
+    /// The norms after the input norm, in the order the layer applies them (the DAG's
+    /// `PostAttnNorm` ops): none in a parallel block, three with sandwich norms.
+    pub post_norms: &'static [&'static str],
     pub o: &'static str,
     pub up: &'static str,
     pub down: &'static str,
@@ -268,21 +355,17 @@ pub struct Names {
 
 /// Why the CPU executor cannot run `cfg`, if it cannot: it runs the Llama layout and the
 /// departures the DAG models that change only kernels (LayerNorm, GELU, plain MLPs,
-/// biases, parallel blocks, partial rotary, query/key norms, a sliding window on every
-/// layer, tied embeddings, Mixtral's and Qwen3-MoE's mixtures of experts split across
-/// the tensor-parallel group). Expert parallelism, ALiBi and Gemma-2's sandwich norms
-/// (with its embedding scale and soft-capping, which the DAG does not carry) it refuses.
+/// biases, parallel blocks, partial rotary, query/key norms, ALiBi, sliding windows on
+/// every layer or on some (`ModelConfig::is_windowed_layer`), Gemma-2's sandwich norms
+/// with the numerics the DAG does not carry (`Numerics::gemma` and the soft-caps), tied
+/// embeddings, Mixtral's and Qwen3-MoE's mixtures of experts split across the
+/// tensor-parallel group or expert-parallel: `runner/ep.rs`).
 pub fn cpu_departure(cfg: &ModelConfig) -> Option<&'static str> {
-    if cfg.moe.is_some_and(|m| m.expert_parallel) {
-        Some("expert parallelism")
-    } else if cfg.moe.is_some() && (!cfg.gated_mlp || cfg.biases.mlp || cfg.parallel_block) {
+    if cfg.moe.is_some() && (!cfg.gated_mlp || cfg.biases.mlp || cfg.parallel_block) {
         Some("an expert MLP other than Mixtral's and Qwen3-MoE's")
-    } else if cfg.alibi {
-        Some("ALiBi")
-    } else if cfg.sandwich_norms {
-        Some("sandwich norms (Gemma-2)")
-    } else if cfg.sliding_window.is_some() && cfg.kv_window().is_none() {
-        Some("a sliding window on some layers only")
+    } else if cfg.sandwich_norms && (cfg.moe.is_some() || cfg.parallel_block) {
+        // The DAG norms a mixture's units' outputs one by one; no family has this.
+        Some("sandwich norms around a mixture of experts or a parallel block")
     } else if cfg.qk_norm && cfg.norm == Norm::Layer {
         Some("query/key LayerNorms")
     } else {
@@ -319,7 +402,9 @@ impl HostWeights {
             if name.ends_with(".bias") {
                 (0..n).map(|_| bf16::from_f32(rng.random_range(-0.1..0.1))).collect()
             } else if shape.len() == 1 {
-                (0..n).map(|_| bf16::from_f32(1.0 + rng.random_range(-0.1..0.1))).collect()
+                // Gemma's norms apply 1 + w: their weights sit near zero.
+                let one = if model.numerics.gemma { 0.0 } else { 1.0 };
+                (0..n).map(|_| bf16::from_f32(one + rng.random_range(-0.1..0.1))).collect()
             } else {
                 let a = if name.contains("embed") { 1.0 } else { (3.0 / shape[1] as f32).sqrt() };
                 (0..n).map(|_| bf16::from_f32(rng.random_range(-a..a))).collect()

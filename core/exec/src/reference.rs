@@ -66,6 +66,27 @@ pub fn act(a: Act, v: f64) -> f64 {
     }
 }
 
+/// How a score is formed: `q·k · scale`, soft-capped where `softcap`, plus
+/// `slope · (key pos − query pos)` with ALiBi `slopes` (one per head; empty for none).
+#[derive(Debug, Clone, Default)]
+pub struct Scores {
+    pub scale: f64,
+    pub softcap: Option<f64>,
+    pub slopes: Vec<f64>,
+}
+
+impl Scores {
+    /// Llama's: `q·k / √d`.
+    pub fn plain(d: usize) -> Self {
+        Self { scale: 1.0 / (d as f64).sqrt(), ..Self::default() }
+    }
+    /// The model's (its query scale, soft-cap and ALiBi slopes).
+    pub fn of(model: &ExecModel) -> Self {
+        let softcap = model.numerics.attn_logit_softcap;
+        Self { scale: model.attn_scale(), softcap, slopes: model.alibi_slopes() }
+    }
+}
+
 /// Causal GQA attention of one sequence: `q[n][H·D]`, `k`/`v` `[n][KVH·D]`; a query sees
 /// the last `window` keys up to itself (all of them where `window` is 0).
 #[allow(clippy::too_many_arguments)]
@@ -78,6 +99,7 @@ pub fn attention(
     kv_heads: usize,
     d: usize,
     window: usize,
+    sc: &Scores,
 ) -> Vec<f64> {
     let g = heads / kv_heads;
     let mut out = vec![0.0; n * heads * d];
@@ -88,8 +110,12 @@ pub fn attention(
             let first = if window > 0 { (t + 1).saturating_sub(window) } else { 0 };
             let s: Vec<f64> = (first..=t)
                 .map(|j| {
-                    qv.iter().zip(&k[j * kv_heads * d + kh * d..][..d]).map(|(a, b)| a * b).sum::<f64>()
-                        / (d as f64).sqrt()
+                    let mut s =
+                        qv.iter().zip(&k[j * kv_heads * d + kh * d..][..d]).map(|(a, b)| a * b).sum::<f64>() * sc.scale;
+                    if let Some(cap) = sc.softcap {
+                        s = cap * (s / cap).tanh();
+                    }
+                    s + sc.slopes.get(h).map_or(0.0, |m| m * (j as f64 - t as f64))
                 })
                 .collect();
             let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -132,7 +158,10 @@ pub fn forward_routed(
     let names = model.names();
     let t = |name: &str| w.get(name).map(|t| f(&t.data));
     let norm = |x: &[f64], name: &str| -> Result<Vec<f64>, ExecError> {
-        let wt = t(&format!("{name}.weight"))?;
+        let mut wt = t(&format!("{name}.weight"))?;
+        if model.numerics.gemma {
+            wt.iter_mut().for_each(|w| *w += 1.0);
+        }
         Ok(match c.norm {
             Norm::Layer => layernorm(x, &wt, &t(&format!("{name}.bias"))?, eps),
             Norm::Rms => rmsnorm(x, &wt, eps),
@@ -148,6 +177,11 @@ pub fn forward_routed(
     };
     let emb = t("model.embed_tokens.weight")?;
     let mut x: Vec<f64> = tokens.iter().flat_map(|&t| emb[t as usize * h..(t as usize + 1) * h].to_vec()).collect();
+    if let Some(k) = model.embed_scale() {
+        // HF multiplies in bf16: the scaled embedding is rounded once.
+        x.iter_mut().for_each(|v| *v = half::bf16::from_f64(*v * k as f64).to_f64());
+    }
+    let scores = Scores::of(model);
     for l in 0..model.layers() {
         let p = |s: &str| format!("model.layers.{l}.{s}");
         let xn = norm(&x, &p("input_layernorm"))?;
@@ -169,8 +203,8 @@ pub fn forward_routed(
                 }
             }
         }
-        let a = attention(&q, &k, &v, n, qh, kvh, d, model.window());
-        let o = linear(&a, &p(names.o), h, qh * d, c.biases.o)?;
+        let a = attention(&q, &k, &v, n, qh, kvh, d, model.window(l), &scores);
+        let mut o = linear(&a, &p(names.o), h, qh * d, c.biases.o)?;
         let mlp = |xn: &[f64]| -> Result<Vec<f64>, ExecError> {
             if let Some(moe) = c.moe {
                 return experts(model, xn, &|s: &str| t(&p(s)), moe, n, &mut margins.borrow_mut());
@@ -187,6 +221,12 @@ pub fn forward_routed(
         if c.parallel_block {
             let m = mlp(&xn)?;
             x.iter_mut().zip(o.iter().zip(&m)).for_each(|(x, (o, m))| *x += o + m);
+        } else if let [attn_out, pre_mlp, mlp_out] = names.post_norms {
+            // Gemma-2's sandwich: attention's and the MLP's outputs normed before each add.
+            o = norm(&o, &p(attn_out))?;
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            let m = norm(&mlp(&norm(&x, &p(pre_mlp))?)?, &p(mlp_out))?;
+            x.iter_mut().zip(&m).for_each(|(x, o)| *x += o);
         } else {
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
             let m = mlp(&norm(&x, &p("post_attention_layernorm"))?)?;
@@ -198,6 +238,9 @@ pub fn forward_routed(
     if c.biases.lm_head {
         let b = t("lm_head.bias")?;
         logits.chunks_mut(model.vocab()).for_each(|r| r.iter_mut().zip(&b).for_each(|(y, b)| *y += b));
+    }
+    if let Some(cap) = model.numerics.final_logit_softcap {
+        logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
     }
     Ok((logits.chunks(model.vocab()).map(|r| r.to_vec()).collect(), margins.into_inner()))
 }

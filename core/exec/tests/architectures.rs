@@ -1,6 +1,7 @@
 //! Layouts beyond Llama's on the CPU executor (LayerNorm, GELU, plain MLPs, biases,
-//! parallel blocks, partial rotary, Qwen3's query/key norms, sliding windows, tied
-//! embeddings), each against the f64 reference forward pass, at home and split
+//! parallel blocks, partial rotary, Qwen3's query/key norms, sliding windows on every
+//! layer or some, ALiBi, Gemma-2's sandwich norms and numerics, tied embeddings,
+//! mixtures of experts), each against the f64 reference forward pass, at home and split
 //! tensor-parallel; what it does not run it refuses before loading anything.
 
 mod common;
@@ -60,25 +61,144 @@ fn run_on(m: &ExecModel, ranks: usize, prompt_len: usize, steps: usize) {
 
 #[test]
 fn every_layout_matches_the_reference_at_home() {
-    for family in ["phi", "qwen2", "qwen3", "window", "gelu", "moe", "qwen3moe"] {
+    for family in ["phi", "qwen2", "qwen3", "window", "gelu", "moe", "qwen3moe", "alibi", "gemma2", "qwenwin"] {
         run_on(&arch(family), 1, 19, 5);
     }
+    run_on(&gemma2_uncapped(), 1, 19, 5);
+}
+
+#[test]
+fn the_tiny_gemma2_preset_matches_the_reference_at_tp_1_and_2() {
+    let m = ExecModel::new(ModelConfig::preset("tiny-gemma2").unwrap());
+    let n = &m.numerics;
+    assert!(n.gemma && m.config.sandwich_norms, "{n:?}");
+    assert_eq!(
+        (n.query_pre_attn_scalar, n.attn_logit_softcap, n.final_logit_softcap),
+        (Some(48.0), Some(50.0), Some(30.0))
+    );
+    assert_eq!((n.rms_norm_eps, n.tie_word_embeddings), (1e-6, true));
+    // A prompt past its window of 8, so the windowed layers (0 and 2) mask.
+    run_on(&m, 1, 19, 4);
+    run_on(&m, 2, 13, 3);
 }
 
 #[test]
 fn biases_and_parallel_blocks_split_tensor_parallel() {
     // Column-parallel biases are split with their rows, row-parallel ones added once.
-    for family in ["phi", "qwen2", "gelu", "qwen3", "moe", "qwen3moe"] {
+    for family in ["phi", "qwen2", "gelu", "qwen3", "moe", "qwen3moe", "alibi", "gemma2", "qwenwin"] {
         run_on(&arch(family), 2, 11, 3);
     }
 }
 
 #[test]
+fn expert_parallel_mixtures_match_the_reference() {
+    // Whole experts by rank, tokens dispatched and combined between the ranks; on one
+    // device expert parallelism is moot (the DAG has none) and the split is the plain one.
+    for family in ["moe-ep", "qwen3moe-ep"] {
+        run_on(&arch(family), 2, 11, 4);
+        run_on(&arch(family), 1, 11, 2);
+    }
+    // The iteration ran the DAG's expert-parallel collectives, each with work: two
+    // all-to-alls and an all-gather a layer.
+    let m = arch("moe-ep");
+    let b = backend(2);
+    let mut r = Runner::new(&b);
+    let t = r.load_tenant(m.clone(), &weights(&m), &devices(&[0, 1]), 16).unwrap();
+    let s = SeqWork { seq: 1, tokens: prompt(7, m.vocab(), 2), start_pos: 0, prefill: true, samples: true };
+    let out = r.run(t, &ExecBatch { seqs: vec![s] }, &home, false).unwrap();
+    let count = |k: slicesched_model::OpKind, layered: bool| {
+        out.ops.iter().filter(|o| o.kind == k && o.layer.is_some() == layered && o.launches > 0).count()
+    };
+    assert_eq!(count(slicesched_model::OpKind::AllToAll, true), 2 * m.layers());
+    assert_eq!(count(slicesched_model::OpKind::AllGather, true), m.layers());
+    assert_eq!(count(slicesched_model::OpKind::AllGather, false), 1, "the LM head's");
+}
+
+#[test]
+fn alibi_slopes_are_bloom_s() {
+    // HF `build_alibi_tensor`: for 6 heads the series of 4 (2^-2, 2^-4, ...), then every
+    // other one of the series of 8 (2^-1, 2^-3).
+    let mut m = arch("alibi");
+    m.config.num_attention_heads = 6;
+    assert_eq!(m.alibi_slopes(), [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]);
+    m.config.num_attention_heads = 4;
+    assert_eq!(m.alibi_slopes(), [0.25, 0.0625, 0.015625, 0.00390625]);
+    assert_eq!(m.rotary_dim(), 0, "no RoPE beside ALiBi");
+    assert!(arch("qwen2").alibi_slopes().is_empty());
+}
+
+/// The reference's logits at the last of `p`'s positions.
+fn last_logits(m: &ExecModel, w: &HostWeights, p: &[i32]) -> Vec<f64> {
+    reference::forward(m, w, p).unwrap().pop().unwrap()
+}
+
+/// The relative difference of `b` from `a`, as `check` measures the executor's error.
+fn differ(a: &[f64], b: &[f64]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum();
+    (num / a.iter().map(|x| x * x).sum::<f64>()).sqrt()
+}
+
+/// Gemma-2's layout with the attention soft-cap off, where the query scale shows most.
+fn gemma2_uncapped() -> ExecModel {
+    let mut m = arch("gemma2");
+    m.numerics.attn_logit_softcap = None;
+    m
+}
+
+#[test]
+fn each_thing_gemma2_and_alibi_add_changes_the_logits() {
+    // Guards against the reference, and so the executor checked against it, ignoring
+    // one: each moves the logits of the same weights by well over `check`'s tolerance.
+    const MOVES: f64 = 0.1;
+    let m = arch("gemma2");
+    let w = weights(&m);
+    let p = prompt(20, m.vocab(), 9);
+    type Toggle = fn(&mut ExecModel);
+    let toggles: [(&str, ExecModel, Toggle); 5] = [
+        ("embedding scale and (1 + w) norms", arch("gemma2"), |m| m.numerics.gemma = false),
+        ("query_pre_attn_scalar", gemma2_uncapped(), |m| m.numerics.query_pre_attn_scalar = None),
+        ("attention soft-cap", arch("gemma2"), |m| m.numerics.attn_logit_softcap = None),
+        ("final soft-cap", arch("gemma2"), |m| m.numerics.final_logit_softcap = None),
+        ("the window of layer 0", arch("gemma2"), |m| m.config.sliding_window = None),
+    ];
+    for (what, base, f) in toggles {
+        let mut other = base.clone();
+        f(&mut other);
+        let d = differ(&last_logits(&base, &w, &p), &last_logits(&other, &w, &p));
+        assert!(d > MOVES, "{what} moves the logits by {d} only");
+    }
+    // A window on the last layer only is neither no window nor one on every layer.
+    let q = arch("qwenwin");
+    let w = weights(&q);
+    let (mut all, mut none) = (q.clone(), q.clone());
+    all.config.window_layers = None;
+    none.config.sliding_window = None;
+    let one = last_logits(&q, &w, &p);
+    for (what, other) in [("every layer", all), ("no layer", none)] {
+        let d = differ(&one, &last_logits(&other, &w, &p));
+        assert!(d > MOVES, "windowed as on {what}: {d}");
+    }
+    let a = arch("alibi");
+    let mut plain = a.clone();
+    plain.config.alibi = false;
+    plain.config.rotary_dim = Some(0);
+    let w = weights(&a);
+    let p = prompt(12, a.vocab(), 4);
+    assert!(differ(&last_logits(&a, &w, &p), &last_logits(&plain, &w, &p)) > MOVES, "ALiBi's bias matters");
+}
+
+#[test]
 fn a_windowed_prompt_in_chunks_equals_one_chunk() {
     // Chunks of 5 over a window of 8: later chunks read keys a window back across the
-    // chunk boundary, and earlier ones no longer.
-    let m = arch("window");
-    let w = weights(&m);
+    // chunk boundary, and earlier ones no longer; with windows on some layers only, the
+    // others read every key. ALiBi's bias follows each chunk's true positions.
+    for family in ["window", "gemma2", "qwenwin", "alibi"] {
+        chunked_equals_whole(&arch(family));
+    }
+}
+
+fn chunked_equals_whole(m: &ExecModel) {
+    let w = weights(m);
     let b = backend(1);
     let mut r = Runner::new(&b);
     let t = r.load_tenant(m.clone(), &w, &devices(&[0]), 16).unwrap();
@@ -93,7 +213,7 @@ fn a_windowed_prompt_in_chunks_equals_one_chunk() {
     let out = last.unwrap();
     assert_eq!(out.tokens[0].1, whole[0]);
     let e = rel_err(&out.logits.unwrap()[0], &lw[0].iter().map(|v| *v as f64).collect::<Vec<_>>());
-    assert!(e < 1e-2, "chunked vs whole: {e}");
+    assert!(e < 1e-2, "{}: chunked vs whole: {e}", m.config.name);
 }
 
 #[test]
@@ -153,9 +273,11 @@ fn the_window_changes_what_a_long_prompt_sees() {
 
 #[test]
 fn checkpoints_of_other_families_round_trip() {
-    for family in ["phi", "qwen2", "qwen3", "window", "moe", "qwen3moe"] {
+    let gemma = ExecModel::new(ModelConfig::preset("tiny-gemma2").unwrap());
+    let models = ["phi", "qwen2", "qwen3", "window", "moe", "qwen3moe", "gemma2", "qwenwin", "moe-ep"].map(arch);
+    for m in models.into_iter().chain([gemma]) {
+        let family = m.config.name.clone();
         let dir = tempfile::tempdir().unwrap();
-        let m = arch(family);
         let w = weights(&m);
         checkpoint::save(dir.path(), &m, &w, None).unwrap();
         let (m2, w2) = checkpoint::load(dir.path()).unwrap();
@@ -170,7 +292,24 @@ fn checkpoints_of_other_families_round_trip() {
             (c.0.parallel_block, c.0.rotary_dim, c.0.qk_norm, c.0.sliding_window),
             (c.1.parallel_block, c.1.rotary_dim, c.1.qk_norm, c.1.sliding_window)
         );
+        assert_eq!((c.0.window_layers, c.0.sandwich_norms), (c.1.window_layers, c.1.sandwich_norms), "{family}");
+        if m.config.sandwich_norms {
+            // Written as Gemma-2, read back with its numerics (caps, query scale, ε).
+            assert!(checkpoint::config_json(&m).contains("\"gemma2\""), "{family}");
+            assert_eq!(m2.numerics, m.numerics, "{family}");
+        }
     }
+    // Gemma-2's names: the attention output's norm, the MLP's before and after.
+    let names: Vec<String> = arch("gemma2").tensor_shapes().into_iter().map(|(n, _)| n).collect();
+    for n in ["post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+        assert!(names.iter().any(|x| x == &format!("model.layers.1.{n}.weight")), "{n} in {names:?}");
+    }
+    // No family this crate reads has ALiBi: refused, and nothing written.
+    let dir = tempfile::tempdir().unwrap();
+    let m = arch("alibi");
+    let e = checkpoint::save(&dir.path().join("ck"), &m, &weights(&m), None).unwrap_err().to_string();
+    assert!(e.contains("no Hugging Face model family"), "{e}");
+    assert!(!dir.path().join("ck").exists());
     // phi's own names: `dense`, `fc1`/`fc2`, `final_layernorm`, an LM head bias.
     let names: Vec<String> = arch("phi").tensor_shapes().into_iter().map(|(n, _)| n).collect();
     for n in [
@@ -211,14 +350,11 @@ fn a_bias_missing_from_a_checkpoint_is_named() {
 #[test]
 fn layouts_the_cpu_backend_lacks_are_refused_before_loading() {
     let b = backend(1);
-    let mut alibi = micro();
-    alibi.config.alibi = true;
-    let mut sandwich = micro();
-    sandwich.config.sandwich_norms = true;
-    let mut some_windowed = micro();
-    some_windowed.config.sliding_window = Some(8);
-    some_windowed.config.window_layers = Some(1);
-    for (m, what) in [(alibi, "ALiBi"), (sandwich, "sandwich norms"), (some_windowed, "some layers only")] {
+    let mut moe_sandwich = arch("moe");
+    moe_sandwich.config.sandwich_norms = true;
+    let mut qk_ln = arch("qwen3");
+    qk_ln.config.norm = slicesched_model::Norm::Layer;
+    for (m, what) in [(moe_sandwich, "sandwich norms around a mixture"), (qk_ln, "query/key LayerNorms")] {
         let w = weights(&m);
         let mut r = Runner::new(&b);
         let e = r.load_tenant(m, &w, &devices(&[0]), 4).err().unwrap().to_string();
@@ -226,8 +362,9 @@ fn layouts_the_cpu_backend_lacks_are_refused_before_loading() {
         assert_eq!(b.ledger(slicesched_exec::DeviceId(0)).unwrap().used(), 0, "nothing left loaded");
     }
     // The published configs the CPU backend runs: phi-2, Qwen3-8B, Mistral-7B v0.1,
-    // Mixtral-8x7B, Qwen3-30B-A3B (experts split tensor-parallel, not expert-parallel).
-    for name in ["phi-2", "qwen3-8b", "mistral-7b-v0.1"] {
+    // Gemma-2-9B, Mixtral-8x7B, Qwen3-30B-A3B (experts split tensor-parallel, not
+    // expert-parallel).
+    for name in ["phi-2", "qwen3-8b", "mistral-7b-v0.1", "gemma-2-9b", "tiny-gemma2"] {
         let c = ModelConfig::preset(name).unwrap();
         assert_eq!(b.refuses(&c), None, "{name}");
     }
@@ -237,5 +374,25 @@ fn layouts_the_cpu_backend_lacks_are_refused_before_loading() {
     }
     let mut ep = ModelConfig::preset("mixtral-8x7b").unwrap();
     ep.moe.as_mut().unwrap().expert_parallel = true;
-    assert!(b.refuses(&ep).unwrap().contains("expert parallelism"));
+    assert_eq!(b.refuses(&ep), None, "expert parallelism");
+}
+
+#[test]
+fn gemma2_numerics_come_from_its_config_json() {
+    use slicesched_exec::model::Numerics;
+    let cfg = ModelConfig::preset("tiny-gemma2").unwrap();
+    let text = slicesched_model::preset_config_json("tiny-gemma2").unwrap();
+    let read = |t: &str| Numerics::from_hf_json(&cfg, t);
+    let caps = |n: Numerics| (n.gemma, n.query_pre_attn_scalar, n.attn_logit_softcap, n.final_logit_softcap);
+    assert_eq!(caps(read(text).unwrap()), (true, Some(48.0), Some(50.0), Some(30.0)));
+    // `null` turns a cap off; a key left out takes Gemma-2's default.
+    let off = text.replace("\"attn_logit_softcapping\": 50.0", "\"attn_logit_softcapping\": null");
+    assert_eq!(caps(read(&off).unwrap()), (true, Some(48.0), None, Some(30.0)));
+    let bare = text.replace("\"final_logit_softcapping\": 30.0,", "").replace("\"query_pre_attn_scalar\": 48,", "");
+    assert_eq!(caps(read(&bare).unwrap()), (true, Some(256.0), Some(50.0), Some(30.0)));
+    // Other families' classes ignore these keys, and so does the executor.
+    let llama = text.replace("\"gemma2\"", "\"llama\"");
+    assert_eq!(caps(read(&llama).unwrap()), (false, None, None, None));
+    let bad = text.replace("\"final_logit_softcapping\": 30.0", "\"final_logit_softcapping\": -1.0");
+    assert!(read(&bad).unwrap_err().to_string().contains("positive"));
 }

@@ -44,7 +44,7 @@ fn kernels_refuse_buffers_of_another_device_and_failures_propagate() {
     let ids = View::whole(b.alloc(DeviceId(0), Arena::Workspace, Dtype::I32, 1).unwrap(), 1);
     b.upload(ids, &HostData::I32(vec![1000])).unwrap();
     let out = View::whole(b.alloc(DeviceId(0), Arena::Workspace, Dtype::Bf16, 8).unwrap(), 8);
-    let bad = b.launch(s0, Kernel::Embedding { ids, table: x, out, hidden: 8 }, &[]).unwrap();
+    let bad = b.launch(s0, Kernel::Embedding { ids, table: x, out, hidden: 8, scale: None }, &[]).unwrap();
     let s1 = b.stream(DeviceId(0), 5).unwrap();
     let after = b.launch(s1, Kernel::Add { a: x, b: w, out: View { len: 64, ..x } }, std::slice::from_ref(&bad));
     assert!(after.is_err(), "an input aliasing the output is refused");

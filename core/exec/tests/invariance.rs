@@ -171,15 +171,21 @@ fn tensor_parallel_tenants_are_invariant_too() {
     check(2, 8);
 }
 
-/// phi's layout (biases, LayerNorm, parallel blocks, partial rotary) and Qwen3's (whose
-/// RoPE op norms heads with the layer's weights, so it runs only where they are).
+/// phi's layout (biases, LayerNorm, parallel blocks, partial rotary), Qwen3's (whose
+/// RoPE op norms heads with the layer's weights, so it runs only where they are),
+/// ALiBi's (no RoPE op: attention reads the raw qkv) and Gemma-2's (three norms after
+/// attention, a window on one layer, soft-caps), and a mixture split expert-parallel.
 #[test]
 fn other_layouts_are_invariant_too() {
-    for family in ["phi", "qwen3", "moe"] {
+    for family in ["phi", "qwen3", "moe", "alibi", "gemma2"] {
         check_model(1, 8, arch(family));
     }
     check_model(2, 4, arch("phi"));
     check_model(2, 4, arch("qwen3moe"));
+    check_model(2, 4, arch("alibi"));
+    check_model(2, 4, arch("gemma2"));
+    // Expert parallelism: the combine adds every rank's partial sums in rank order.
+    check_model(2, 4, arch("moe-ep"));
 }
 
 /// A's greedy generation at home with more of A's own sequences in every batch: one of
@@ -235,4 +241,25 @@ fn greedy_tokens_and_logits_do_not_depend_on_the_batch() {
             Ok(())
         })
         .unwrap();
+}
+
+/// On the CPU the new layouts' logits are bit-identical wherever their ops ran: every op
+/// that may leave home taken to the last copy that holds it, against all at home.
+#[test]
+fn new_layouts_logits_do_not_move_a_bit_with_placement() {
+    let bits = |l: &[Vec<f32>]| l.iter().map(|r| r.iter().map(|v| v.to_bits()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    for family in ["moe-ep", "gemma2", "alibi"] {
+        let backend = backend(4);
+        let mut w = world_of(&backend, 2, arch(family));
+        let p = prompt(11, 96, 3);
+        let (want_toks, want) = generate_beside(&mut w, &p, 3, &home, 0);
+        let ranges = w.ranges.clone();
+        let away = |_: u32, k: OpKind, s: Segment| {
+            let ok = allowed(&ranges, k, s, false);
+            OpPlace { group: ok[ok.len() - 1], priority: 0 }
+        };
+        let (toks, got) = generate_beside(&mut w, &p, 3, &away, 5);
+        assert_eq!(toks, want_toks, "{family}");
+        assert_eq!(bits(&got), bits(&want), "{family}");
+    }
 }

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use half::bf16;
-use slicesched_exec::kernels::{Heads, Kernel, BLOCK_TOKENS};
+use slicesched_exec::kernels::{Heads, Kernel, Scores, BLOCK_TOKENS};
 use slicesched_exec::reference as r;
 use slicesched_exec::*;
 
@@ -75,7 +75,7 @@ fn norms_add_silu_embedding_gather_and_argmax() {
     let g = random_bf16(w, 4, 1.0);
     let (xv, gv) = (k.put(HostData::Bf16(x.clone())), k.put(HostData::Bf16(g.clone())));
     let out = k.out(Dtype::Bf16, rows * w);
-    k.run(Kernel::RmsNorm { x: xv, weight: gv, out, rows, width: w, eps: 1e-5 }).unwrap();
+    k.run(Kernel::RmsNorm { x: xv, weight: gv, out, rows, width: w, eps: 1e-5, unit_offset: false }).unwrap();
     let want = r::rmsnorm(&f(&x), &f(&g), 1e-5);
     for (a, b) in k.bf(out).iter().zip(&want) {
         assert!((a - b).abs() <= b.abs() * 8e-3 + 1e-6, "rmsnorm {a} vs {b}");
@@ -98,10 +98,10 @@ fn norms_add_silu_embedding_gather_and_argmax() {
     }
     let ids = k.put(HostData::I32(vec![4, 0, 4]));
     let emb = k.out(Dtype::Bf16, 3 * w);
-    k.run(Kernel::Embedding { ids, table: xv, out: emb, hidden: w }).unwrap();
+    k.run(Kernel::Embedding { ids, table: xv, out: emb, hidden: w, scale: None }).unwrap();
     assert_eq!(k.bf(emb)[..w], f(&x[4 * w..5 * w])[..]);
     let bad = k.put(HostData::I32(vec![5]));
-    let e = k.run(Kernel::Embedding { ids: bad, table: xv, out: emb.sub(0, w), hidden: w }).unwrap_err();
+    let e = k.run(Kernel::Embedding { ids: bad, table: xv, out: emb.sub(0, w), hidden: w, scale: None }).unwrap_err();
     assert!(e.to_string().contains("token id 5"), "{e}");
     let rows_v = k.put(HostData::I32(vec![2, 0]));
     let gath = k.out(Dtype::Bf16, 2 * w);
@@ -179,8 +179,20 @@ fn paged_attention_prefill_chunks_and_decodes_with_gqa() {
     let tables = k.put(HostData::I32(vec![5, 1, -1, 0, 7, 3]));
     let q_start = k.put(HostData::I32(vec![0, q_a as i32, q_a as i32 + 1]));
     let ctx = k.put(HostData::I32(vec![hist_a as i32, hist_b as i32]));
-    // Every key, and a sliding window of 7 (reaching back across a block boundary).
-    for window in [0, 7] {
+    // Every key, and a sliding window of 7 (reaching back across a block boundary); each
+    // with Llama's scores, Gemma-2's (a query scale, a soft-cap that bites) and ALiBi's
+    // (slopes by key distance, so the chunk's queries sit at their true positions).
+    let slopes = [0.5, 0.25, 0.125, 0.0625];
+    let alibi = k.put(HostData::F32(slopes.to_vec()));
+    let plain = r::Scores::plain(heads.dim);
+    let gemma = r::Scores { scale: 0.4, softcap: Some(1.0), slopes: vec![] };
+    let bloom = r::Scores { slopes: slopes.iter().map(|&s| s as f64).collect(), ..plain.clone() };
+    let forms = [
+        (Scores::default(), plain),
+        (Scores { scale: Some(0.4), softcap: Some(1.0), alibi: None }, gemma),
+        (Scores { alibi: Some(alibi), ..Scores::default() }, bloom),
+    ];
+    for (window, (scores, want_scores)) in [0, 7].into_iter().flat_map(|w| forms.iter().map(move |f| (w, f))) {
         let out = k.out(Dtype::Bf16, (q_a + 1) * heads.q * heads.dim);
         k.run(Kernel::Attention {
             qkv,
@@ -193,6 +205,7 @@ fn paged_attention_prefill_chunks_and_decodes_with_gqa() {
             max_blocks: 3,
             heads,
             window,
+            scores: *scores,
         })
         .unwrap();
         let got = k.bf(out);
@@ -205,11 +218,17 @@ fn paged_attention_prefill_chunks_and_decodes_with_gqa() {
                 let src = &q[(row0 + j) * heads.row()..][..heads.q * heads.dim];
                 qq[(n - q_rows + j) * heads.q * heads.dim..][..heads.q * heads.dim].copy_from_slice(&f(src));
             }
-            let want = r::attention(&qq, &kk, &vv, n, heads.q, heads.kv, heads.dim, window);
+            let want = r::attention(&qq, &kk, &vv, n, heads.q, heads.kv, heads.dim, window, want_scores);
             let w = &want[(n - q_rows) * heads.q * heads.dim..];
+            if *scores != Scores::default() {
+                // Each form is far from Llama's, so a kernel ignoring it fails below.
+                let llama = r::attention(&qq, &kk, &vv, n, heads.q, heads.kv, heads.dim, window, &forms[0].1);
+                let apart = rel(w, &llama[(n - q_rows) * heads.q * heads.dim..]);
+                assert!(apart > 5e-2, "{scores:?} is {apart} from Llama's scores");
+            }
             let g = &got[row0 * heads.q * heads.dim..(row0 + q_rows) * heads.q * heads.dim];
             let e = rel(g, w);
-            assert!(e < 1e-2, "window {window}: attention rel err {e}");
+            assert!(e < 1e-2, "window {window}, {scores:?}: attention rel err {e}");
         }
     }
 }

@@ -140,10 +140,12 @@ const CONFIG_PRESETS: &[(&str, &str)] = &[
     ("llama-3.1-70b", include_str!("../configs/llama-3.1-70b.json")),
     ("mistral-7b-v0.1", include_str!("../configs/mistral-7b-v0.1.json")),
     // Tiny models of other layouts the CPU executor runs in CI (written here, in the
-    // published configs' form): phi's, Qwen3's and Mixtral's.
+    // published configs' form): phi's, Qwen3's, Mixtral's and Gemma-2's (a window of 8
+    // on alternate layers, so short prompts reach past it).
     ("tiny-phi", include_str!("../configs/tiny-phi.json")),
     ("tiny-qwen3", include_str!("../configs/tiny-qwen3.json")),
     ("tiny-mixtral", include_str!("../configs/tiny-mixtral.json")),
+    ("tiny-gemma2", include_str!("../configs/tiny-gemma2.json")),
 ];
 
 /// The `config.json` text behind a preset read from one (None for the Llama-layout
@@ -402,6 +404,21 @@ impl ModelConfig {
         }
     }
 
+    /// Whether layer `l`'s attention uses the sliding window. The config carries only how
+    /// many layers do; which ones follows the families that window some: Gemma-2 (the
+    /// sandwich-norm layout) alternates from layer 0 (`0, 2, 4, ...`), Qwen windows the
+    /// last ones (from `max_window_layers` on).
+    pub fn is_windowed_layer(&self, l: u64) -> bool {
+        let (n, layers) = (self.windowed_layers(), self.num_hidden_layers);
+        if n >= layers {
+            n > 0
+        } else if self.sandwich_norms {
+            l.is_multiple_of(2) && l / 2 < n
+        } else {
+            l >= layers - n && l < layers
+        }
+    }
+
     /// The KV tokens one request holds at most, when every layer's attention is
     /// windowed (a model mixing windowed and global layers keeps all of its context in
     /// the global ones, so its KV is not capped).
@@ -550,6 +567,21 @@ mod tests {
             assert_eq!(m.head_dim * m.num_attention_heads, m.hidden_size, "{name}");
             assert!(m.parameters() < 60_000_000, "{name}: {}", m.parameters());
         }
+    }
+
+    #[test]
+    fn windowed_layers_follow_the_family() {
+        let g = ModelConfig::preset("tiny-gemma2").unwrap();
+        assert_eq!((g.sliding_window, g.window_layers), (Some(8), Some(2)));
+        let win = |m: &ModelConfig| (0..m.num_hidden_layers).filter(|&l| m.is_windowed_layer(l)).collect::<Vec<_>>();
+        assert_eq!(win(&g), [0, 2], "Gemma-2 alternates from layer 0");
+        let mut q = g.clone();
+        q.sandwich_norms = false;
+        assert_eq!(win(&q), [2, 3], "Qwen windows the last layers");
+        q.window_layers = None;
+        assert_eq!(win(&q), [0, 1, 2, 3]);
+        q.sliding_window = None;
+        assert!(win(&q).is_empty());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::Data;
 use crate::backend::{BufId, View};
-use crate::kernels::{Heads, Kernel, BLOCK_TOKENS};
+use crate::kernels::{Heads, Kernel};
 use half::bf16;
 
 /// The buffers a kernel reads, locked for the launch.
@@ -103,7 +103,7 @@ fn per_expert<'x>(
     Ok(())
 }
 
-fn need(what: &str, have: usize, want: usize) -> Result<(), String> {
+pub(super) fn need(what: &str, have: usize, want: usize) -> Result<(), String> {
     if have < want {
         return Err(format!("{what}: view of {have} elements, shape needs {want}"));
     }
@@ -124,14 +124,14 @@ impl Scratch {
     }
 }
 
-fn widen(src: &[bf16], dst: &mut Vec<f32>) {
+pub(super) fn widen(src: &[bf16], dst: &mut Vec<f32>) {
     dst.clear();
     dst.extend(src.iter().map(|v| v.to_f32()));
 }
 
 pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Result<(), String> {
     match k {
-        Kernel::Embedding { ids, table, out: o, hidden } => {
+        Kernel::Embedding { ids, table, out: o, hidden, scale } => {
             let (ids, table) = (ins.i32(*ids)?, ins.bf16(*table)?);
             let dst = out_bf16(out, *o)?;
             need("embedding out", dst.len(), ids.len() * hidden)?;
@@ -140,21 +140,26 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                 if id < 0 || id as usize >= vocab {
                     return Err(format!("token id {id} outside the vocabulary of {vocab}"));
                 }
-                let r = id as usize * hidden;
-                dst[t * hidden..(t + 1) * hidden].copy_from_slice(&table[r..r + hidden]);
+                let (src, row) = (&table[id as usize * hidden..][..*hidden], &mut dst[t * hidden..(t + 1) * hidden]);
+                match scale {
+                    None => row.copy_from_slice(src),
+                    Some(k) => row.iter_mut().zip(src).for_each(|(o, e)| *o = bf16::from_f32(e.to_f32() * k)),
+                }
             }
         }
-        Kernel::RmsNorm { x, weight, out: o, rows, width, eps } => {
+        Kernel::RmsNorm { x, weight, out: o, rows, width, eps, unit_offset } => {
             let (x, w) = (ins.bf16(*x)?, ins.bf16(*weight)?);
             let dst = out_bf16(out, *o)?;
             need("rmsnorm x", x.len(), rows * width)?;
             need("rmsnorm out", dst.len(), rows * width)?;
+            need("rmsnorm weight", w.len(), *width)?;
+            let one = if *unit_offset { 1.0 } else { 0.0 };
             for r in 0..*rows {
                 let row = &x[r * width..(r + 1) * width];
                 let ms = row.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>() / *width as f32;
                 let inv = 1.0 / (ms + eps).sqrt();
                 for i in 0..*width {
-                    dst[r * width + i] = bf16::from_f32(row[i].to_f32() * inv * w[i].to_f32());
+                    dst[r * width + i] = bf16::from_f32(row[i].to_f32() * inv * (one + w[i].to_f32()));
                 }
             }
         }
@@ -230,8 +235,20 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                 dst[half + at..half + at + w].copy_from_slice(&src[k0 + w..k0 + 2 * w]);
             }
         }
-        Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, out: o, seqs, max_blocks, heads, window } => {
-            let a = AttnArgs {
+        Kernel::Attention {
+            qkv,
+            cache,
+            block_tables,
+            q_start,
+            ctx_lens,
+            out: o,
+            seqs,
+            max_blocks,
+            heads,
+            window,
+            scores,
+        } => {
+            let a = super::attention::AttnArgs {
                 qkv: ins.bf16(*qkv)?,
                 cache: ins.bf16(*cache)?,
                 tables: ins.i32(*block_tables)?,
@@ -241,8 +258,11 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                 max_blocks: *max_blocks,
                 h: *heads,
                 window: *window,
+                scale: scores.scale.unwrap_or(1.0 / (heads.dim as f32).sqrt()),
+                softcap: scores.softcap,
+                slopes: scores.alibi.map(|v| ins.f32(v)).transpose()?,
             };
-            attention(&a, out_bf16(out, *o)?, s)?;
+            super::attention::attention(&a, out_bf16(out, *o)?, s)?;
         }
         Kernel::Add { a, b, out: o } => {
             let (a, b) = (ins.bf16(*a)?, ins.bf16(*b)?);
@@ -352,6 +372,14 @@ pub(crate) fn run(k: &Kernel, ins: &Ins, out: &mut Data, s: &mut Scratch) -> Res
                 dst[i] = bf16::from_f32(parts.iter().map(|p| p[i].to_f32()).sum());
             }
         }
+        Kernel::Softcap { x, cap } => {
+            if cap.is_nan() || *cap <= 0.0 {
+                return Err(format!("soft-cap {cap} is not positive"));
+            }
+            for v in out_f32(out, *x)? {
+                *v = cap * (*v / cap).tanh();
+            }
+        }
         Kernel::Argmax { logits, out: o, rows, shards, shard_n } => {
             let l = ins.f32(*logits)?;
             need("argmax logits", l.len(), rows * shards * shard_n)?;
@@ -454,80 +482,6 @@ fn rope(
                 let (a, b) = (qkv[base + i].to_f32(), qkv[base + half + i].to_f32());
                 qkv[base + i] = bf16::from_f32(a * cos[i] - b * sin[i]);
                 qkv[base + half + i] = bf16::from_f32(b * cos[i] + a * sin[i]);
-            }
-        }
-    }
-    Ok(())
-}
-
-struct AttnArgs<'a> {
-    qkv: &'a [bf16],
-    cache: &'a [bf16],
-    tables: &'a [i32],
-    q_start: &'a [i32],
-    ctx: &'a [i32],
-    seqs: usize,
-    max_blocks: usize,
-    h: Heads,
-    window: usize,
-}
-
-fn attention(a: &AttnArgs, out: &mut [bf16], s: &mut Scratch) -> Result<(), String> {
-    let h = a.h;
-    let (d, kvw, group) = (h.dim, h.kv * h.dim, h.q / h.kv.max(1));
-    let half = a.cache.len() / 2;
-    let scale = 1.0 / (d as f32).sqrt();
-    need("attention q_start", a.q_start.len(), a.seqs + 1)?;
-    need("attention ctx_lens", a.ctx.len(), a.seqs)?;
-    need("attention block_tables", a.tables.len(), a.seqs * a.max_blocks)?;
-    for seq in 0..a.seqs {
-        let (q0, q1) = (a.q_start[seq] as usize, a.q_start[seq + 1] as usize);
-        let ctx = a.ctx[seq] as usize;
-        if q1 < q0 || q1 - q0 > ctx || ctx > a.max_blocks * BLOCK_TOKENS {
-            return Err(format!("sequence {seq}: {} queries over a context of {ctx}", q1.wrapping_sub(q0)));
-        }
-        need("attention out", out.len(), q1 * h.q * d)?;
-        // Slot of every key position, resolved once per sequence.
-        let mut slots = Vec::with_capacity(ctx);
-        for t in 0..ctx {
-            let b = a.tables[seq * a.max_blocks + t / BLOCK_TOKENS];
-            if b < 0 || (b as usize * BLOCK_TOKENS + BLOCK_TOKENS) * kvw > half {
-                return Err(format!("sequence {seq}: KV block {b} outside the cache"));
-            }
-            slots.push(b as usize * BLOCK_TOKENS + t % BLOCK_TOKENS);
-        }
-        for (j, row) in (q0..q1).enumerate() {
-            let visible = ctx - (q1 - q0) + j + 1;
-            let first = if a.window > 0 { visible.saturating_sub(a.window) } else { 0 };
-            for head in 0..h.q {
-                let kvh = head / group;
-                let q = &a.qkv[row * h.row() + head * d..row * h.row() + (head + 1) * d];
-                widen(q, &mut s.x);
-                s.y.clear();
-                let mut max = f32::NEG_INFINITY;
-                for &slot in &slots[first..visible] {
-                    let k = &a.cache[slot * kvw + kvh * d..slot * kvw + (kvh + 1) * d];
-                    let dot: f32 = s.x.iter().zip(k).map(|(q, k)| q * k.to_f32()).sum::<f32>() * scale;
-                    max = max.max(dot);
-                    s.y.push(dot);
-                }
-                let mut sum = 0.0f32;
-                for v in s.y.iter_mut() {
-                    *v = (*v - max).exp();
-                    sum += *v;
-                }
-                s.w.clear();
-                s.w.resize(d, 0.0);
-                for (p, &slot) in s.y.iter().zip(&slots[first..visible]) {
-                    let v = &a.cache[half + slot * kvw + kvh * d..half + slot * kvw + (kvh + 1) * d];
-                    for (acc, v) in s.w.iter_mut().zip(v) {
-                        *acc += p * v.to_f32();
-                    }
-                }
-                let o = &mut out[row * h.q * d + head * d..row * h.q * d + (head + 1) * d];
-                for (o, acc) in o.iter_mut().zip(&s.w) {
-                    *o = bf16::from_f32(acc / sum);
-                }
             }
         }
     }

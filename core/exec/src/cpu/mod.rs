@@ -4,6 +4,7 @@
 //! stream first (priority acts between kernels, never preempting one — as on a GPU,
 //! where it acts at block boundaries).
 
+mod attention;
 mod gemm;
 pub(crate) mod math;
 mod stream;

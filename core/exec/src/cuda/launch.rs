@@ -7,7 +7,7 @@ use super::memory::Buffer;
 use super::timing::{OpEvents, Pending};
 use super::{CudaBackend, Shared};
 use crate::backend::{Dtype, Event, StreamId, View};
-use crate::kernels::{Kernel, BLOCK_TOKENS};
+use crate::kernels::{Kernel, Scores, BLOCK_TOKENS};
 use crate::ExecError;
 use cudarc::driver::{result, CudaStream};
 use std::ffi::c_void;
@@ -125,7 +125,10 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
         repeat: 1,
     };
     Ok(match k {
-        Kernel::Embedding { ids, table, out, hidden } => {
+        Kernel::Embedding { ids, table, out, hidden, scale } => {
+            if scale.is_some() {
+                return Err(unsupported("a scaled embedding"));
+            }
             let t = ids.len;
             need("embedding out", out.len, t * hidden)?;
             if *hidden == 0 || t == 0 {
@@ -140,7 +143,10 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
             ];
             launch(v.dev.any_module()?, "embedding", (t as u32, 1), args)
         }
-        Kernel::RmsNorm { x, weight, out, rows, width, eps } => {
+        Kernel::RmsNorm { x, weight, out, rows, width, eps, unit_offset } => {
+            if *unit_offset {
+                return Err(unsupported("RMSNorm with (1 + w) weights"));
+            }
             need("rmsnorm x", x.len, rows * width)?;
             need("rmsnorm out", out.len, rows * width)?;
             need("rmsnorm weight", weight.len, *width)?;
@@ -217,9 +223,24 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
             ];
             launch(v.dev.module(heads.dim)?, "cache_write", (int(*tokens)? as u32, 1), args)
         }
-        Kernel::Attention { qkv, cache, block_tables, q_start, ctx_lens, out, seqs, max_blocks, heads, window } => {
+        Kernel::Attention {
+            qkv,
+            cache,
+            block_tables,
+            q_start,
+            ctx_lens,
+            out,
+            seqs,
+            max_blocks,
+            heads,
+            window,
+            scores,
+        } => {
             if *window != 0 {
                 return Err(unsupported("sliding-window attention"));
+            }
+            if *scores != Scores::default() {
+                return Err(unsupported("attention with a query scale, soft-cap or ALiBi"));
             }
             need("attention q_start", q_start.len, seqs + 1)?;
             need("attention ctx_lens", ctx_lens.len, *seqs)?;
@@ -277,7 +298,8 @@ fn plan_kernel(v: &mut Views, k: &Kernel) -> Result<Plan, ExecError> {
         | Kernel::Act { .. }
         | Kernel::TopK { .. }
         | Kernel::ExpertUp { .. }
-        | Kernel::ExpertDown { .. } => {
+        | Kernel::ExpertDown { .. }
+        | Kernel::Softcap { .. } => {
             return Err(unsupported(k.name()));
         }
         Kernel::Sum { parts, out } => {

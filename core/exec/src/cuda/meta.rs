@@ -96,7 +96,7 @@ mod tests {
 
     #[test]
     fn token_ids_outside_the_vocabulary_are_refused_before_launch() {
-        let k = |n| Kernel::Embedding { ids: v(1, n), table: v(2, 256 * 8), out: v(3, n * 8), hidden: 8 };
+        let k = |n| Kernel::Embedding { ids: v(1, n), table: v(2, 256 * 8), out: v(3, n * 8), hidden: 8, scale: None };
         let ok = reader(HashMap::from([(1, vec![0, 255, 7])]));
         assert!(check(&k(3), &ok).is_ok());
         for bad in [256, -1] {
@@ -148,6 +148,7 @@ mod tests {
             max_blocks: 2,
             heads: h,
             window: 0,
+            scores: Default::default(),
         };
         let meta =
             |tables: Vec<i32>, qs: Vec<i32>, ctx: Vec<i32>| reader(HashMap::from([(3, tables), (4, qs), (5, ctx)]));

@@ -2,7 +2,8 @@
 //! collective library when it offers one for the group (NCCL on CUDA), else every rank
 //! gathers every rank's part (copies) and sums them in rank order, so all ranks end
 //! with identical bits; the LM head's all-gather always takes the copies. Which path
-//! ran is counted for the executor's report.
+//! ran is counted for the executor's report. A collective fed by several ops (expert
+//! units' partial sums) adds them on each rank first (`local_sum`).
 
 use super::iter::{Build, Loc, OpRec, Sampling};
 use super::Group;
@@ -128,4 +129,32 @@ fn library_all_reduce(
             .map(|((view, r), ready)| Loc { view, dtype: Dtype::Bf16, device: r.stream.device, ready })
             .collect(),
     ))
+}
+
+/// Every rank's sum of `preds`' outputs (in pred order), on the rank's device.
+pub(super) fn local_sum(
+    preds: &[u32],
+    acts: &[Option<Vec<Loc>>],
+    g: &super::Group,
+    priority: i32,
+    bld: &mut Build,
+    rec: &mut OpRec,
+) -> Result<Vec<Loc>, ExecError> {
+    let b = bld.b;
+    let mut out = Vec::with_capacity(g.ranks.len());
+    for (r, rank) in g.ranks.iter().enumerate() {
+        let dev = rank.device;
+        let s = b.stream(dev, priority)?;
+        let mut parts = Vec::with_capacity(preds.len());
+        for &q in preds {
+            parts.push(bld.on(&super::iter::act(acts, q)?[r], dev, s, rec)?);
+        }
+        let len = parts[0].view.len;
+        let sum = bld.alloc(dev, Dtype::Bf16, len)?;
+        let waits: Vec<Event> = parts.iter().map(|l| l.ready.clone()).collect();
+        let ev = b.launch(s, Kernel::Sum { parts: parts.iter().map(|l| l.view).collect(), out: sum }, &waits)?;
+        rec.kernels.push(ev.clone());
+        out.push(Loc { view: sum, dtype: Dtype::Bf16, device: dev, ready: ev });
+    }
+    Ok(out)
 }

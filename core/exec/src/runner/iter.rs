@@ -365,25 +365,42 @@ pub(super) fn launch_one(
             kind: op.spec.kind,
             layer: layer.map(|l| l as u32),
             group: p.group,
-            ranks: if op.spec.kind == OpKind::AllGather { 1 } else { tp },
+            // The LM head's all-gather samples on rank 0 alone.
+            ranks: if op.spec.kind == OpKind::AllGather && layer.is_none() { 1 } else { tp },
             kernels: vec![],
             copies: vec![],
         };
         let preds = dag.preds(op.index);
         let mut outs = Vec::with_capacity(tp);
         let kind = op.spec.kind;
-        if kind.is_collective() {
+        let is = |q: &u32, k: OpKind| dag.op(*q).spec.kind == k;
+        if kind == OpKind::AllToAll && preds.iter().any(|q| is(q, OpKind::Router)) {
+            // Expert parallelism's dispatch: the MLP input (the routing every rank has).
+            let input = preds.iter().find(|q| !is(q, OpKind::Router)).copied().unwrap_or(preds[0]);
+            outs = super::ep::dispatch(g, p.priority, act(acts, input)?, tokens, bld, &mut rec)?;
+        } else if kind.is_collective() {
             let src = if preds.len() > 1 {
                 // Expert units' partial sums: added on each rank, then reduced once.
-                local_sum(&preds, acts, g, p.priority, bld, &mut rec)?
+                super::collective::local_sum(&preds, acts, g, p.priority, bld, &mut rec)?
             } else {
                 act(acts, preds[0])?.clone()
             };
-            outs = super::collective::launch(kind, g, p.priority, &src, bld, &mut rec, sampled, result)?;
+            outs = match kind {
+                OpKind::AllToAll => super::ep::combine(g, p.priority, &src, tokens, bld, &mut rec)?,
+                // Inside a layer: expert parallelism's residual, whole again.
+                OpKind::AllGather if layer.is_some() => super::ep::gather(g, p.priority, &src, tokens, bld, &mut rec)?,
+                _ => super::collective::launch(kind, g, p.priority, &src, bld, &mut rec, sampled, result)?,
+            };
         } else {
-            // An expert op's unit and (for the down GEMMs) its layer's router, once per op.
+            // An expert op's unit and (for the down GEMMs, and the up ones under expert
+            // parallelism, whose input is the dispatch) its layer's router, once per op.
             let unit = unit_of(dag, op.index);
-            let router = if kind == OpKind::ExpertDown { Some(router_of(dag, op.index)?) } else { None };
+            // Attention reads its q, k, v from the rotated copy where a RoPE op made one
+            // (ALiBi has none); the raw qkv edge is then only an ordering.
+            let rotated = preds.iter().any(|&q| dag.op(q).spec.kind == OpKind::Rope);
+            let routed_apart = kind == OpKind::ExpertUp && !preds.iter().any(|q| is(q, OpKind::Router));
+            let router =
+                if kind == OpKind::ExpertDown || routed_apart { Some(router_of(dag, op.index)?) } else { None };
             for r in 0..tp {
                 let rank = &g.ranks[r];
                 let dev = rank.device;
@@ -393,9 +410,7 @@ pub(super) fn launch_one(
                 let mut waits = Vec::new();
                 for &q in &preds {
                     let src = &act(acts, q)?[r];
-                    // Attention reads its q, k, v from the rotated copy; the raw qkv edge
-                    // is only an ordering.
-                    if kind == OpKind::Attention && dag.op(q).spec.kind == OpKind::QkvProj {
+                    if kind == OpKind::Attention && rotated && dag.op(q).spec.kind == OpKind::QkvProj {
                         waits.push(src.ready.clone());
                         continue;
                     }
@@ -444,10 +459,12 @@ pub(super) fn launch_one(
     }
 }
 
-/// Which of the layer's expert units op `i` belongs to, of how many (`(0, 1)` for others).
+/// Which of the layer's expert units op `i` belongs to, of how many; for a
+/// post-attention norm, which of the layer's (sandwich norms have three); `(0, 1)` for
+/// others.
 fn unit_of(dag: &IterationDag, i: u32) -> (usize, usize) {
     let kind = dag.op(i).spec.kind;
-    if !matches!(kind, OpKind::ExpertUp | OpKind::ExpertDown) {
+    if !matches!(kind, OpKind::ExpertUp | OpKind::ExpertDown | OpKind::PostAttnNorm) {
         return (0, 1);
     }
     let pos = ((i - dag.head.len() as u32) % dag.layer.len() as u32) as usize;
@@ -463,35 +480,7 @@ fn router_of(dag: &IterationDag, i: u32) -> Result<u32, ExecError> {
     pos.map(|p| start + p as u32).ok_or_else(|| ExecError::Launch("an expert op in a layer without a router".into()))
 }
 
-/// Every rank's sum of `preds`' outputs (in pred order), on the rank's device.
-fn local_sum(
-    preds: &[u32],
-    acts: &[Option<Vec<Loc>>],
-    g: &super::Group,
-    priority: i32,
-    bld: &mut Build,
-    rec: &mut OpRec,
-) -> Result<Vec<Loc>, ExecError> {
-    let b = bld.b;
-    let mut out = Vec::with_capacity(g.ranks.len());
-    for (r, rank) in g.ranks.iter().enumerate() {
-        let dev = rank.device;
-        let s = b.stream(dev, priority)?;
-        let mut parts = Vec::with_capacity(preds.len());
-        for &q in preds {
-            parts.push(bld.on(&act(acts, q)?[r], dev, s, rec)?);
-        }
-        let len = parts[0].view.len;
-        let sum = bld.alloc(dev, Dtype::Bf16, len)?;
-        let waits: Vec<Event> = parts.iter().map(|l| l.ready.clone()).collect();
-        let ev = b.launch(s, Kernel::Sum { parts: parts.iter().map(|l| l.view).collect(), out: sum }, &waits)?;
-        rec.kernels.push(ev.clone());
-        out.push(Loc { view: sum, dtype: Dtype::Bf16, device: dev, ready: ev });
-    }
-    Ok(out)
-}
-
-fn act(acts: &[Option<Vec<Loc>>], i: u32) -> Result<&Vec<Loc>, ExecError> {
+pub(super) fn act(acts: &[Option<Vec<Loc>>], i: u32) -> Result<&Vec<Loc>, ExecError> {
     acts.get(i as usize)
         .and_then(|a| a.as_ref())
         .ok_or_else(|| ExecError::Placement(format!("op {i}'s output is needed before the op ran")))

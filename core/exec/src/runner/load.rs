@@ -36,10 +36,13 @@ pub struct Shard {
     pub kv_heads: Vec<usize>,
     pub inter: std::ops::Range<usize>,
     pub vocab: std::ops::Range<usize>,
+    /// The experts of a mixture this rank holds (all but under expert parallelism).
+    pub experts: std::ops::Range<usize>,
 }
 
 /// The shard of rank `r` of `tp`: contiguous q heads; the kv heads they read (GQA); a
-/// slice of the MLP width and of the vocabulary.
+/// slice of the MLP width and of the vocabulary; under expert parallelism a contiguous
+/// share of the experts, each whole.
 pub fn shard(model: &ExecModel, tp: usize, r: usize) -> Result<Shard, ExecError> {
     let c = &model.config;
     c.check_tp(tp as u32).map_err(ExecError::Model)?;
@@ -51,10 +54,22 @@ pub fn shard(model: &ExecModel, tp: usize, r: usize) -> Result<Shard, ExecError>
     let q_heads: Vec<usize> = (r * qh / tp..(r + 1) * qh / tp).collect();
     let mut kv_heads: Vec<usize> = q_heads.iter().map(|h| h / group).collect();
     kv_heads.dedup();
-    // A mixture-of-experts layer splits each expert's width as a dense MLP is split.
-    let i = c.moe.map_or(c.intermediate_size, |m| m.expert_intermediate) as usize / tp;
     let v = model.vocab() / tp;
-    Ok(Shard { q_heads, kv_heads, inter: r * i..(r + 1) * i, vocab: r * v..(r + 1) * v })
+    let vocab = r * v..(r + 1) * v;
+    match c.moe {
+        // As the DAG has it: expert parallelism takes effect on a group of several.
+        Some(m) if m.expert_parallel && tp > 1 => {
+            let e = m.experts as usize / tp;
+            let inter = 0..m.expert_intermediate as usize;
+            Ok(Shard { q_heads, kv_heads, inter, vocab, experts: r * e..(r + 1) * e })
+        }
+        _ => {
+            // A mixture-of-experts layer splits each expert's width as a dense MLP is.
+            let i = c.moe.map_or(c.intermediate_size, |m| m.expert_intermediate) as usize / tp;
+            let experts = 0..c.moe.map_or(0, |m| m.experts as usize);
+            Ok(Shard { q_heads, kv_heads, inter: r * i..(r + 1) * i, vocab, experts })
+        }
+    }
 }
 
 /// Rows `rows` (each `width` wide) of a row-major tensor.
@@ -92,8 +107,10 @@ pub struct LayerBufs {
     /// Qwen3's query and key norms (one head wide each).
     pub qk_norm: Option<(View, View)>,
     pub o: Linear,
-    /// None in a parallel block (attention and MLP read the input norm).
-    pub post_norm: Option<NormBufs>,
+    /// The norms after the input norm in the order the layer applies them
+    /// (`Names::post_norms`): none in a parallel block (attention and MLP read the input
+    /// norm), three with sandwich norms.
+    pub post_norms: Vec<NormBufs>,
     /// Gate and up rows (gated MLP), or the up projection alone; None in a
     /// mixture-of-experts layer.
     pub gate_up: Option<Linear>,
@@ -102,10 +119,13 @@ pub struct LayerBufs {
 }
 
 /// A mixture-of-experts layer on one rank: the router (whole on every rank) and each
-/// expert's share of its width (gate|up rows, down columns), as a dense MLP is split.
+/// expert's share of its width (gate|up rows, down columns), as a dense MLP is split;
+/// under expert parallelism the rank's experts whole.
 #[derive(Debug, Clone)]
 pub struct MoeBufs {
     pub router: View,
+    /// The expert `up[0]` and `down[0]` belong to.
+    pub first: usize,
     pub up: Vec<View>,
     pub down: Vec<View>,
 }
@@ -120,6 +140,8 @@ pub struct RankWeights {
     pub final_norm: Option<NormBufs>,
     pub lm_head: Option<Linear>,
     pub rope: View,
+    /// The ALiBi slopes (f32) of this rank's query heads.
+    pub alibi: Option<View>,
     pub bufs: Vec<BufId>,
 }
 
@@ -233,15 +255,15 @@ fn load_rank_inner(
             w: up(cols_of(t(&format!("{}.weight", names.o))?, qr.clone()), bufs)?,
             bias: row_bias(names.o, c.biases.o)?.map(|v| up(v, bufs)).transpose()?,
         };
-        let post_norm =
-            if c.parallel_block { None } else { Some(norm(&format!("{p}.post_attention_layernorm"), bufs)?) };
+        let post_norms = names.post_norms.iter().map(|n| norm(&format!("{p}.{n}"), bufs)).collect::<Result<_, _>>()?;
         let (gate_up, down, moe) = if let Some(moe) = c.moe {
-            // `shard` gave this rank its share of each expert's width.
+            // `shard` gave this rank its experts and its share of each one's width.
             let cols = s.inter.clone();
             let [g, u, dn] = names.expert_projs;
             let router = up(t(&format!("{}.weight", names.router))?.data.clone(), bufs)?;
             let (mut ups, mut downs) = (Vec::new(), Vec::new());
-            for e in 0..moe.experts {
+            debug_assert!(s.experts.end <= moe.experts as usize);
+            for e in s.experts.clone() {
                 let ex = |n: &str| t(&format!("{}.{e}.{n}.weight", names.experts));
                 let mut gu = Vec::new();
                 rows_of(ex(g)?, cols.clone(), &mut gu);
@@ -249,7 +271,7 @@ fn load_rank_inner(
                 ups.push(up(gu, bufs)?);
                 downs.push(up(cols_of(ex(dn)?, cols.clone()), bufs)?);
             }
-            (None, None, Some(MoeBufs { router, up: ups, down: downs }))
+            (None, None, Some(MoeBufs { router, first: s.experts.start, up: ups, down: downs }))
         } else {
             let mut gate_up = Vec::new();
             let mut gate_up_bias = Vec::new();
@@ -268,7 +290,7 @@ fn load_rank_inner(
             };
             (Some(gate_up), Some(down), None)
         };
-        *slot = Some(LayerBufs { input_norm, qkv, qk_norm, o, post_norm, gate_up, down, moe });
+        *slot = Some(LayerBufs { input_norm, qkv, qk_norm, o, post_norms, gate_up, down, moe });
     }
     let embed = if range.head { Some(up(vec_of("model.embed_tokens.weight")?, bufs)?) } else { None };
     let (final_norm, lm_head) = if range.tail {
@@ -280,11 +302,18 @@ fn load_rank_inner(
     } else {
         (None, None)
     };
+    let f32s = |data: Vec<f32>, bufs: &mut Vec<BufId>| -> Result<View, ExecError> {
+        let id = b.alloc(device, Arena::Weights, Dtype::F32, data.len())?;
+        bufs.push(id);
+        let v = View::whole(id, data.len());
+        b.upload(v, &HostData::F32(data))?;
+        Ok(v)
+    };
     let rot = model.rotary_dim().max(2);
-    let table = model.numerics.rope_table(rot, model.numerics.max_positions);
-    let id = b.alloc(device, Arena::Weights, Dtype::F32, table.len())?;
-    bufs.push(id);
-    let rope = View::whole(id, table.len());
-    b.upload(rope, &HostData::F32(table))?;
-    Ok(RankWeights { device, shard: s, layers, embed, final_norm, lm_head, rope, bufs: bufs.clone() })
+    let rope = f32s(model.numerics.rope_table(rot, model.numerics.max_positions), bufs)?;
+    // Computed in f64 on the host, as the RoPE table is, so every backend reads the same.
+    let slopes = model.alibi_slopes();
+    let alibi =
+        if slopes.is_empty() { None } else { Some(f32s(s.q_heads.iter().map(|&h| slopes[h] as f32).collect(), bufs)?) };
+    Ok(RankWeights { device, shard: s, layers, embed, final_norm, lm_head, rope, alibi, bufs: bufs.clone() })
 }

@@ -2,6 +2,7 @@
 //! launch of one iteration's operator DAG (the simulator's, op for op) under a placement.
 
 mod collective;
+mod ep;
 mod iter;
 mod load;
 mod meta;

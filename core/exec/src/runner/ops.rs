@@ -5,7 +5,7 @@ use super::iter::{Build, Loc, OpRec, Part};
 use super::load::{LayerBufs, Linear, MoeBufs, NormBufs};
 use super::Tenant;
 use crate::backend::{Dtype, Event, StreamId, View};
-use crate::kernels::{Heads, Kernel};
+use crate::kernels::{Heads, Kernel, Scores};
 use crate::ExecError;
 use slicesched_model::OpKind;
 
@@ -49,24 +49,29 @@ pub(super) fn launch_op(
         Ok((y, Kernel::Gemm { x, w: w.w, bias: w.bias, y, m, n, k }))
     };
     let cfg = &t.model.config;
-    // RMSNorm, or LayerNorm with its bias.
+    let n = &t.model.numerics;
+    // RMSNorm (Gemma's applies 1 + w), or LayerNorm with its bias.
     let norm = |x: View, nb: NormBufs, out: View, rows: usize| match nb.bias {
         Some(bias) => Kernel::LayerNorm { x, weight: nb.weight, bias, out, rows, width: h, eps },
-        None => Kernel::RmsNorm { x, weight: nb.weight, out, rows, width: h, eps },
+        None => Kernel::RmsNorm { x, weight: nb.weight, out, rows, width: h, eps, unit_offset: n.gemma },
     };
     let out_ev = match kind {
         OpKind::Embedding => {
             let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
             let ids = bld.meta(dev, Part::Ids)?;
             let table = rank.embed.ok_or_else(|| ExecError::Placement("embedding not on this group".into()))?;
-            (out, launch(rec, Kernel::Embedding { ids, table, out, hidden: h }, waits)?)
+            let scale = t.model.embed_scale();
+            (out, launch(rec, Kernel::Embedding { ids, table, out, hidden: h, scale }, waits)?)
         }
         OpKind::InputNorm | OpKind::PostAttnNorm => {
             let l = lw()?;
             let nb = if kind == OpKind::InputNorm {
                 l.input_norm
             } else {
-                l.post_norm.ok_or_else(|| ExecError::Launch("a post-attention norm in a parallel block".into()))?
+                // `unit`: which of the layer's post-attention norms this op is.
+                *l.post_norms.get(unit.0).ok_or_else(|| {
+                    ExecError::Launch(format!("post-attention norm {} of a layer with {}", unit.0, l.post_norms.len()))
+                })?
             };
             let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
             (out, launch(rec, norm(ins[0].view, nb, out, tokens), waits)?)
@@ -125,7 +130,12 @@ pub(super) fn launch_op(
                 seqs,
                 max_blocks,
                 heads,
-                window: t.model.window(),
+                window: t.model.window(l),
+                scores: Scores {
+                    scale: n.query_pre_attn_scalar.map(|_| t.model.attn_scale() as f32),
+                    softcap: n.attn_logit_softcap.map(|c| c as f32),
+                    alibi: rank.alibi,
+                },
             };
             let cw = launch(rec, Kernel::CacheWrite { qkv, slots, cache, tokens, heads }, waits)?;
             (out, launch(rec, k, &[cw])?)
@@ -179,18 +189,20 @@ pub(super) fn launch_op(
             let (moe, bufs) = moe_of(cfg, lw()?)?;
             let k = moe.top_k as usize;
             // The DAG's units follow a balanced routing of this batch's token count; the
-            // real routing may reach any expert, so the units present share them all.
+            // real routing may reach any of the rank's experts, so the units present
+            // share them all.
             let (j, p) = unit;
-            let e = moe.experts as usize;
-            let (first, last) = (j * e / p.max(1), (j + 1) * e / p.max(1));
+            let e = bufs.up.len();
+            let (lo, hi) = (j * e / p.max(1), (j + 1) * e / p.max(1));
+            let first = bufs.first + lo;
             let (x, routing) = (ins[0].view, ins[1].view);
             let kern = if kind == OpKind::ExpertUp {
                 let out = bld.alloc(dev, Dtype::Bf16, tokens * k * 2 * inter)?;
-                let ws = bufs.up[first..last].to_vec();
+                let ws = bufs.up[lo..hi].to_vec();
                 (out, Kernel::ExpertUp { x, routing, ws, first, rows: tokens, k, n: 2 * inter, hidden: h, out })
             } else {
                 let out = bld.alloc(dev, Dtype::Bf16, tokens * h)?;
-                let ws = bufs.down[first..last].to_vec();
+                let ws = bufs.down[lo..hi].to_vec();
                 (out, Kernel::ExpertDown { x, routing, ws, first, rows: tokens, k, inter, hidden: h, out })
             };
             (kern.0, launch(rec, kern.1, waits)?)
@@ -206,14 +218,15 @@ pub(super) fn launch_op(
         OpKind::LmHead => {
             let w = rank.lm_head.ok_or_else(|| ExecError::Placement("LM head not on this group".into()))?;
             let (y, k) = gemm(bld, ins[0].view, w, rank.shard.vocab.len(), h, Dtype::F32, sampled)?;
-            (y, launch(rec, k, waits)?)
+            let ev = launch(rec, k, waits)?;
+            match n.final_logit_softcap {
+                // Elementwise: each rank caps its shard of the vocabulary.
+                Some(cap) => (y, launch(rec, Kernel::Softcap { x: y, cap: cap as f32 }, &[ev])?),
+                None => (y, ev),
+            }
         }
-        OpKind::AllReduce | OpKind::AllGather | OpKind::Transfer => {
+        OpKind::AllReduce | OpKind::AllGather | OpKind::AllToAll | OpKind::Transfer => {
             return Err(ExecError::Launch(format!("{} is not a per-rank op", kind.name())))
-        }
-        // `Backend::refuses` stops expert-parallel models before anything is loaded.
-        OpKind::AllToAll => {
-            return Err(ExecError::Launch(format!("{}: the executor does not run expert parallelism", kind.name())))
         }
     };
     Ok(out_ev)

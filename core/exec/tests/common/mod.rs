@@ -70,10 +70,41 @@ pub fn arch(family: &str) -> ExecModel {
             c.qk_norm = true;
             c.moe = Some(Moe { experts: 8, top_k: 3, expert_intermediate: 32, expert_parallel: false });
         }
+        // The two mixtures with their experts split across the group whole (expert
+        // parallelism: dispatch and combine all-to-all, the residual all-gathered).
+        "moe-ep" | "qwen3moe-ep" => {
+            let mut m = arch(family.trim_end_matches("-ep"));
+            m.config.name = format!("micro-{family}");
+            m.config.moe.as_mut().expect("a mixture").expert_parallel = true;
+            return m;
+        }
+        // ALiBi in place of RoPE (bloom's, MPT's, Baichuan's position encoding).
+        "alibi" => c.alibi = true,
+        // Gemma-2: sandwich norms, tanh-GELU gated MLP, tied embeddings, a window on layer
+        // 0 only; its numerics (`Numerics::for_model`) with caps low enough to bite and a
+        // query scale other than the head dim's, so that each shows in the logits.
+        "gemma2" => {
+            c.sandwich_norms = true;
+            c.activation = Act::GeluTanh;
+            c.tie_embeddings = true;
+            c.sliding_window = Some(8);
+            c.window_layers = Some(1);
+        }
+        // Qwen2 windowing its last layer only (`max_window_layers`).
+        "qwenwin" => {
+            c.biases.qkv = true;
+            c.sliding_window = Some(8);
+            c.window_layers = Some(1);
+        }
         other => panic!("no family {other}"),
     }
     let mut m = ExecModel::new(c);
     m.numerics.max_positions = 256;
+    if family == "gemma2" {
+        m.numerics.query_pre_attn_scalar = Some(2.0);
+        m.numerics.attn_logit_softcap = Some(1.0);
+        m.numerics.final_logit_softcap = Some(3.0);
+    }
     m
 }
 

@@ -198,14 +198,22 @@ pub fn ops(h: &mut Harness, gpu: &CudaBackend, s: Shapes) -> Result<(bool, Strin
                 Class::Elementwise,
                 vec![ids.clone(), bf(&mut r, d.vocab * hid, 1.0)],
                 (Dtype::Bf16, t * hid),
-                Box::new(move |v, o| Kernel::Embedding { ids: v[0], table: v[1], out: o, hidden: hid }),
+                Box::new(move |v, o| Kernel::Embedding { ids: v[0], table: v[1], out: o, hidden: hid, scale: None }),
             ),
             (
                 "rmsnorm",
                 Class::Norm,
                 vec![bf(&mut r, t * hid, 2.0), bf(&mut r, hid, 1.0)],
                 (Dtype::Bf16, t * hid),
-                Box::new(move |v, o| Kernel::RmsNorm { x: v[0], weight: v[1], out: o, rows: t, width: hid, eps: 1e-5 }),
+                Box::new(move |v, o| Kernel::RmsNorm {
+                    x: v[0],
+                    weight: v[1],
+                    out: o,
+                    rows: t,
+                    width: hid,
+                    eps: 1e-5,
+                    unit_offset: false,
+                }),
             ),
             (
                 "gather_rows",
@@ -271,6 +279,7 @@ pub fn ops(h: &mut Harness, gpu: &CudaBackend, s: Shapes) -> Result<(bool, Strin
                     max_blocks,
                     heads: hd,
                     window: 0,
+                    scores: Default::default(),
                 }),
             ),
         ];

@@ -232,7 +232,15 @@ pub fn priority(h: &mut Harness, g: &CudaBackend) -> Result<(bool, String)> {
         while durs.len() < 150 && t0.elapsed().as_secs_f64() < 4.0 && !h.over() {
             let a = g.launch(
                 probe_stream,
-                Kernel::RmsNorm { x, weight: wn, out: View::whole(xn, 4096), rows: 1, width: 4096, eps: 1e-5 },
+                Kernel::RmsNorm {
+                    x,
+                    weight: wn,
+                    out: View::whole(xn, 4096),
+                    rows: 1,
+                    width: 4096,
+                    eps: 1e-5,
+                    unit_offset: false,
+                },
                 &[],
             )?;
             let b = g.launch(
