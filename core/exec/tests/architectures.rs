@@ -222,7 +222,7 @@ fn a_windowed_sequence_runs_longer_than_its_cache() {
     // because blocks no query sees again are recycled, as many as the engine books for
     // it (`slicesched_model::kv::live_blocks`), and the logits still match the reference.
     let m = arch("window");
-    let window = m.window() as u32;
+    let window = m.config.kv_window().unwrap_or(0);
     assert!(window > 0 && window < 16);
     let w = weights(&m);
     let b = backend(1);

@@ -279,7 +279,8 @@ impl Tenant {
     /// returns its block table. Under a sliding window, blocks whose positions the step's
     /// first query can no longer see are recycled before any comes from the free list.
     pub(crate) fn blocks_for(&mut self, seq: u64, start: usize, end: usize) -> Result<&[i32], ExecError> {
-        let window = self.model.window();
+        // Only a window on every layer frees positions: a global layer reads them all.
+        let window = self.model.config.kv_window().map_or(0, |w| w as usize);
         let first_live = if window > 0 { (start + 1).saturating_sub(window) / BLOCK_TOKENS } else { 0 };
         let kv = self.seq_blocks.entry(seq).or_default();
         let new = end.div_ceil(BLOCK_TOKENS).saturating_sub(kv.table.len());
