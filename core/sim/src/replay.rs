@@ -195,6 +195,9 @@ pub(crate) struct Sim<'a> {
     pub now: u64,
     pub seq: u64,
     pub events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    /// The event being dispatched is still the heap's top (`Sim::run`): the first
+    /// event pushed meanwhile takes its place, one sift instead of a pop and a push.
+    pub top_done: bool,
     pub gmg: Gmg,
     pub dev: Devices,
     pub group_ctx: Vec<DeviceCtx>,
@@ -375,6 +378,7 @@ impl<'a> Sim<'a> {
             now: 0,
             seq: 0,
             events: BinaryHeap::new(),
+            top_done: false,
             gmg: Gmg::new(),
             dev,
             group_ctx,
@@ -495,7 +499,14 @@ impl Sim<'_> {
 
     pub(crate) fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
-        self.events.push(Reverse((at, self.seq, ev)));
+        let e = Reverse((at, self.seq, ev));
+        if self.top_done {
+            // Keys are unique, so the heap pops in the same order however it is built.
+            self.top_done = false;
+            *self.events.peek_mut().expect("the dispatched event") = e;
+        } else {
+            self.events.push(e);
+        }
     }
 
     fn run(&mut self, progress: &mut dyn FnMut(&Progress)) {
@@ -525,12 +536,17 @@ impl Sim<'_> {
                 next_arrival += 1;
                 continue;
             }
-            let Reverse((t, _, ev)) = self.events.pop().expect("event");
+            let Reverse((t, _, ev)) = *self.events.peek().expect("event");
             if t > stop {
                 break;
             }
             self.now = t;
+            self.top_done = true;
             self.dispatch(ev);
+            if self.top_done {
+                self.top_done = false;
+                self.events.pop();
+            }
             if self.op_events >= next_report {
                 next_report += self.opts.progress_every;
                 progress(&self.progress(stop));
