@@ -2,7 +2,7 @@
 
 use crate::{GroupId, IterId, OpId, TenantId};
 use serde::Serialize;
-use slicesched_model::{IterationDag, OpKind, Segment};
+use slicesched_model::{IterationDag, OpKind};
 
 /// Lifecycle of an op. Transitions only move forward, except that a placement may be
 /// taken back before the op starts (Placed → Ready, see [`Gmg::unplace`]).
@@ -178,18 +178,18 @@ impl Gmg {
         ops.clear();
         let n = dag.len();
         ops.reserve(n as usize);
-        for i in 0..n {
-            let op = dag.op(i);
+        // Segment by segment: `dag.op(i)` finds an op's layer by a division.
+        let segments = std::iter::once((&dag.head, None))
+            .chain((0..dag.layers).map(|l| (&dag.layer, Some(l))))
+            .chain(std::iter::once((&dag.tail, None)));
+        let specs = segments.flat_map(|(specs, layer)| specs.iter().map(move |s| (s, layer)));
+        for (i, (spec, layer)) in (0..n).zip(specs) {
             let inputs = sh.preds(i).len();
-            let layer = match op.segment {
-                Segment::Layer(l) => Some(l),
-                _ => None,
-            };
             let node = OpNode {
                 tenant,
                 iter,
                 index: i,
-                kind: op.spec.kind,
+                kind: spec.kind,
                 layer,
                 state: if inputs == 0 { OpState::Ready } else { OpState::Pending },
                 group: None,
@@ -197,7 +197,7 @@ impl Gmg {
                 ready_ns: now,
                 start_ns: 0,
                 end_ns: 0,
-                out_bytes: op.spec.out_bytes,
+                out_bytes: spec.out_bytes,
                 pending_inputs: inputs as u16,
                 pending_consumers: sh.succs(i).len() as u16,
             };

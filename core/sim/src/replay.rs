@@ -232,6 +232,8 @@ pub(crate) struct Sim<'a> {
     pub next_key: u64,
     // Scratch buffers reused on the hot path.
     pub ready: Vec<OpId>,
+    /// Per op of the iteration launching, its predicted ns.
+    pub pred_scratch: Vec<u64>,
     pub freed: Vec<(OpId, u64)>,
     pub closed: Vec<(usize, u64)>,
     pub ready_view: Vec<ReadyOp>,
@@ -403,6 +405,7 @@ impl<'a> Sim<'a> {
             op_keys: Vec::new(),
             next_key: 0,
             ready: Vec::new(),
+            pred_scratch: Vec::new(),
             freed: Vec::new(),
             closed: Vec::new(),
             ready_view: Vec::new(),
@@ -828,19 +831,18 @@ impl Sim<'_> {
             return;
         }
         let rt = &self.insts[inst];
-        let (h, l) = (dag.head.len() as u32, dag.layer.len() as u32);
-        let body = l * dag.layers;
-        let predicted = |i: u32| {
-            if i < h {
-                pred[0][i as usize]
-            } else if i < h + body {
-                pred[1][((i - h) % l) as usize]
-            } else {
-                pred[2][(i - h - body) as usize]
-            }
-        };
+        // Laid out op by op once: finding an op's segment and place in the layer
+        // template took two divisions per op.
+        let mut all = std::mem::take(&mut self.pred_scratch);
+        all.clear();
+        all.extend_from_slice(&pred[0]);
+        for _ in 0..dag.layers {
+            all.extend_from_slice(&pred[1]);
+        }
+        all.extend_from_slice(&pred[2]);
         self.ready.clear();
-        let iter = self.gmg.add_iteration(rt.tenant, &dag, self.now, predicted, &mut self.ready);
+        let iter = self.gmg.add_iteration(rt.tenant, &dag, self.now, |i| all[i as usize], &mut self.ready);
+        self.pred_scratch = all;
         if self.iters.len() <= iter.index() {
             self.iters.resize_with(iter.index() + 1, || None);
         }
