@@ -1,10 +1,8 @@
 //! The operator graph: in-flight iterations, their ops, states and tensor edges.
 
 use crate::{GroupId, IterId, OpId, TenantId};
-use petgraph::stable_graph::{NodeIndex, StableGraph};
-use petgraph::Direction;
 use serde::Serialize;
-use slicesched_model::{IterationDag, OpKind, Segment};
+use slicesched_model::{IterationDag, OpKind};
 
 /// Lifecycle of an op. Transitions only move forward, except that a placement may be
 /// taken back before the op starts (Placed → Ready, see [`Gmg::unplace`]).
@@ -51,21 +49,87 @@ pub struct IterationInfo {
     pub ops: Vec<OpId>,
     pub done: u32,
     pub started_ns: u64,
+    /// Its DAG's shape in [`Gmg`]'s table.
+    shape: u32,
+}
+
+/// The tensor edges of one DAG shape, by position in the DAG. A producer's consumers
+/// are listed newest first and a consumer's producers last first: the order the
+/// petgraph adjacency lists this replaced walked them in, which decides the order ops
+/// become ready and outputs are freed, so replays stay bit for bit what they were.
+#[derive(Debug)]
+struct Shape {
+    /// A DAG of this shape, to recognise the next ones ([`IterationDag::same_shape`]).
+    dag: IterationDag,
+    /// Op `i`'s producers are `preds[pred_at[i]..pred_at[i + 1]]`.
+    pred_at: Vec<u32>,
+    preds: Vec<u32>,
+    /// Op `i`'s consumers are `succs[succ_at[i]..succ_at[i + 1]]`.
+    succ_at: Vec<u32>,
+    succs: Vec<u32>,
+}
+
+impl Shape {
+    fn of(dag: &IterationDag) -> Shape {
+        let n = dag.len() as usize;
+        let mut pred_at = Vec::with_capacity(n + 1);
+        pred_at.push(0);
+        let mut preds = Vec::new();
+        let mut consumers = vec![0u32; n];
+        for i in 0..n {
+            let p = dag.preds(i as u32);
+            preds.extend(p.iter().rev());
+            for &x in &p {
+                consumers[x as usize] += 1;
+            }
+            pred_at.push(preds.len() as u32);
+        }
+        let mut succ_at = Vec::with_capacity(n + 1);
+        succ_at.push(0);
+        for i in 0..n {
+            succ_at.push(succ_at[i] + consumers[i]);
+        }
+        let mut fill: Vec<u32> = succ_at[..n].to_vec();
+        let mut succs = vec![0; preds.len()];
+        for c in (0..n).rev() {
+            for &p in &dag.preds(c as u32) {
+                succs[fill[p as usize] as usize] = c as u32;
+                fill[p as usize] += 1;
+            }
+        }
+        Shape { dag: dag.clone(), pred_at, preds, succ_at, succs }
+    }
+
+    #[inline]
+    fn preds(&self, i: u32) -> &[u32] {
+        &self.preds[self.pred_at[i as usize] as usize..self.pred_at[i as usize + 1] as usize]
+    }
+
+    #[inline]
+    fn succs(&self, i: u32) -> &[u32] {
+        &self.succs[self.succ_at[i as usize] as usize..self.succ_at[i as usize + 1] as usize]
+    }
 }
 
 /// The Global Mapping Graph of in-flight work.
+///
+/// Ops live in a table of slots; a retired iteration's slots are taken again last
+/// freed first (as petgraph's `StableGraph` did, so `OpId`s are what they were). The
+/// edges are not stored per op: every iteration of a model has the same DAG shape, whose
+/// edges are kept once ([`Shape`]), so adding an iteration writes its ops and nothing
+/// else, and retiring it frees their slots.
 #[derive(Debug, Default)]
 pub struct Gmg {
-    graph: StableGraph<OpNode, u64>,
+    nodes: Vec<Option<OpNode>>,
+    /// Free slots of `nodes`, the last freed on top.
+    free: Vec<u32>,
+    live: usize,
+    shapes: Vec<Shape>,
     iters: Vec<Option<IterationInfo>>,
     free_iters: Vec<u32>,
     /// Op vectors of retired iterations, reused so steady state allocates nothing.
     spare: Vec<Vec<OpId>>,
     ops_added: u64,
-}
-
-fn ix(op: OpId) -> NodeIndex {
-    NodeIndex::new(op.0 as usize)
 }
 
 impl Gmg {
@@ -80,7 +144,17 @@ impl Gmg {
 
     /// Ops currently in the graph.
     pub fn live_ops(&self) -> usize {
-        self.graph.node_count()
+        self.live
+    }
+
+    fn shape_of(&mut self, dag: &IterationDag) -> u32 {
+        match self.shapes.iter().position(|s| s.dag.same_shape(dag)) {
+            Some(k) => k as u32,
+            None => {
+                self.shapes.push(Shape::of(dag));
+                self.shapes.len() as u32 - 1
+            }
+        }
     }
 
     /// Adds an iteration's DAG. `predicted(i)` gives op `i`'s predicted latency.
@@ -98,61 +172,75 @@ impl Gmg {
             self.iters.len() as u32 - 1
         });
         let iter = IterId(slot);
+        let shape = self.shape_of(dag);
+        let sh = &self.shapes[shape as usize];
         let mut ops = self.spare.pop().unwrap_or_default();
         ops.clear();
         let n = dag.len();
         ops.reserve(n as usize);
-        for i in 0..n {
-            let op = dag.op(i);
-            let preds = dag.preds(i);
-            let layer = match op.segment {
-                Segment::Layer(l) => Some(l),
-                _ => None,
-            };
-            let node = self.graph.add_node(OpNode {
+        // Segment by segment: `dag.op(i)` finds an op's layer by a division.
+        let segments = std::iter::once((&dag.head, None))
+            .chain((0..dag.layers).map(|l| (&dag.layer, Some(l))))
+            .chain(std::iter::once((&dag.tail, None)));
+        let specs = segments.flat_map(|(specs, layer)| specs.iter().map(move |s| (s, layer)));
+        for (i, (spec, layer)) in (0..n).zip(specs) {
+            let inputs = sh.preds(i).len();
+            let node = OpNode {
                 tenant,
                 iter,
                 index: i,
-                kind: op.spec.kind,
+                kind: spec.kind,
                 layer,
-                state: if preds.is_empty() { OpState::Ready } else { OpState::Pending },
+                state: if inputs == 0 { OpState::Ready } else { OpState::Pending },
                 group: None,
                 predicted_ns: predicted(i),
                 ready_ns: now,
                 start_ns: 0,
                 end_ns: 0,
-                out_bytes: op.spec.out_bytes,
-                pending_inputs: preds.len() as u16,
-                pending_consumers: 0,
-            });
-            for &p in &preds {
-                let pn = ix(ops[p as usize]);
-                let bytes = self.graph[pn].out_bytes;
-                self.graph.add_edge(pn, node, bytes);
-                self.graph[pn].pending_consumers += 1;
-            }
-            let id = OpId(node.index() as u32);
-            if preds.is_empty() {
+                out_bytes: spec.out_bytes,
+                pending_inputs: inputs as u16,
+                pending_consumers: sh.succs(i).len() as u16,
+            };
+            let id = match self.free.pop() {
+                Some(k) => {
+                    self.nodes[k as usize] = Some(node);
+                    OpId(k)
+                }
+                None => {
+                    self.nodes.push(Some(node));
+                    OpId(self.nodes.len() as u32 - 1)
+                }
+            };
+            if inputs == 0 {
                 ready.push(id);
             }
             ops.push(id);
         }
+        self.live += n as usize;
         self.ops_added += n as u64;
-        self.iters[slot as usize] = Some(IterationInfo { tenant, ops, done: 0, started_ns: now });
+        self.iters[slot as usize] = Some(IterationInfo { tenant, ops, done: 0, started_ns: now, shape });
         iter
     }
 
+    #[inline]
     pub fn op(&self, op: OpId) -> &OpNode {
-        &self.graph[ix(op)]
+        self.nodes[op.0 as usize].as_ref().expect("live op")
     }
 
+    #[inline]
+    fn op_mut(&mut self, op: OpId) -> &mut OpNode {
+        self.nodes[op.0 as usize].as_mut().expect("live op")
+    }
+
+    #[inline]
     pub fn iteration(&self, iter: IterId) -> &IterationInfo {
         self.iters[iter.index()].as_ref().expect("retired iteration")
     }
 
     /// Ready → Placed on `group`.
+    #[inline]
     pub fn place(&mut self, op: OpId, group: GroupId) {
-        let n = &mut self.graph[ix(op)];
+        let n = self.op_mut(op);
         debug_assert_eq!(n.state, OpState::Ready, "placing {op:?} in state {:?}", n.state);
         n.state = OpState::Placed;
         n.group = Some(group);
@@ -160,16 +248,18 @@ impl Gmg {
 
     /// Placed → Ready: the placement is taken back before the op started (a borrowed op
     /// recalled when its lender's owner needs the GPU), to be placed again.
+    #[inline]
     pub fn unplace(&mut self, op: OpId) {
-        let n = &mut self.graph[ix(op)];
+        let n = self.op_mut(op);
         debug_assert_eq!(n.state, OpState::Placed, "recalling {op:?} in state {:?}", n.state);
         n.state = OpState::Ready;
         n.group = None;
     }
 
     /// Placed → Running at `now`.
+    #[inline]
     pub fn start(&mut self, op: OpId, now: u64) {
-        let n = &mut self.graph[ix(op)];
+        let n = self.op_mut(op);
         debug_assert_eq!(n.state, OpState::Placed);
         n.state = OpState::Running;
         n.start_ns = now;
@@ -179,36 +269,36 @@ impl Gmg {
     /// producers whose output no consumer needs any more to `freed` (with their bytes).
     /// Returns whether the op's iteration is now complete.
     pub fn finish(&mut self, op: OpId, now: u64, ready: &mut Vec<OpId>, freed: &mut Vec<(OpId, u64)>) -> bool {
-        let node = ix(op);
-        {
-            let n = &mut self.graph[node];
+        let (iter, index, own) = {
+            let n = self.op_mut(op);
             debug_assert_eq!(n.state, OpState::Running);
             n.state = OpState::Done;
             n.end_ns = now;
-        }
-        let mut succ = self.graph.neighbors_directed(node, Direction::Outgoing).detach();
-        while let Some(s) = succ.next_node(&self.graph) {
-            let sn = &mut self.graph[s];
+            (n.iter, n.index, (n.pending_consumers == 0).then_some(n.out_bytes))
+        };
+        let info = self.iters[iter.index()].as_mut().expect("live iteration");
+        let sh = &self.shapes[info.shape as usize];
+        for &s in sh.succs(index) {
+            let id = info.ops[s as usize];
+            let sn = self.nodes[id.0 as usize].as_mut().expect("live op");
             sn.pending_inputs -= 1;
             if sn.pending_inputs == 0 {
                 sn.state = OpState::Ready;
                 sn.ready_ns = now;
-                ready.push(OpId(s.index() as u32));
+                ready.push(id);
             }
         }
-        let mut preds = self.graph.neighbors_directed(node, Direction::Incoming).detach();
-        while let Some(p) = preds.next_node(&self.graph) {
-            let pn = &mut self.graph[p];
+        for &p in sh.preds(index) {
+            let id = info.ops[p as usize];
+            let pn = self.nodes[id.0 as usize].as_mut().expect("live op");
             pn.pending_consumers -= 1;
             if pn.pending_consumers == 0 {
-                freed.push((OpId(p.index() as u32), pn.out_bytes));
+                freed.push((id, pn.out_bytes));
             }
         }
-        if self.graph[node].pending_consumers == 0 {
-            freed.push((op, self.graph[node].out_bytes));
+        if let Some(bytes) = own {
+            freed.push((op, bytes));
         }
-        let iter = self.graph[node].iter;
-        let info = self.iters[iter.index()].as_mut().expect("live iteration");
         info.done += 1;
         info.done as usize == info.ops.len()
     }
@@ -217,16 +307,21 @@ impl Gmg {
     pub fn retire(&mut self, iter: IterId) {
         let info = self.iters[iter.index()].take().expect("live iteration");
         for &op in &info.ops {
-            debug_assert_eq!(self.graph[ix(op)].state, OpState::Done);
-            self.graph.remove_node(ix(op));
+            let n = self.nodes[op.0 as usize].take();
+            debug_assert_eq!(n.map(|n| n.state), Some(OpState::Done));
+            self.free.push(op.0);
         }
+        self.live -= info.ops.len();
         self.free_iters.push(iter.0);
         self.spare.push(info.ops);
     }
 
     /// Producers of `op`'s inputs.
+    #[inline]
     pub fn inputs(&self, op: OpId) -> impl Iterator<Item = OpId> + '_ {
-        self.graph.neighbors_directed(ix(op), Direction::Incoming).map(|n| OpId(n.index() as u32))
+        let n = self.op(op);
+        let info = self.iteration(n.iter);
+        self.shapes[info.shape as usize].preds(n.index).iter().map(move |&p| info.ops[p as usize])
     }
 }
 

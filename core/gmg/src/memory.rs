@@ -40,6 +40,7 @@ impl MemLedger {
         self.capacity.saturating_sub(self.used())
     }
 
+    #[inline]
     pub fn alloc(&mut self, kind: MemoryKind, bytes: u64, now: u64) {
         match kind {
             MemoryKind::Weights => self.weights += bytes,
@@ -60,6 +61,7 @@ impl MemLedger {
         *slot = (*slot).max(used);
     }
 
+    #[inline]
     pub fn release(&mut self, kind: MemoryKind, bytes: u64) {
         let slot = match kind {
             MemoryKind::Weights => &mut self.weights,

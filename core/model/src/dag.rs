@@ -120,6 +120,18 @@ impl IterationDag {
         out
     }
 
+    /// Whether `other` has the same ops in the same places and the same edges (its
+    /// batch, hence its ops' sizes, may differ): [`IterationDag::preds`] answers alike.
+    pub fn same_shape(&self, other: &IterationDag) -> bool {
+        self.head.len() == other.head.len()
+            && self.layer.len() == other.layer.len()
+            && self.tail.len() == other.tail.len()
+            && self.layers == other.layers
+            && self.layer_edges == other.layer_edges
+            && self.residual_in == other.residual_in
+            && self.residual_out == other.residual_out
+    }
+
     /// Producers of op `i`'s inputs, in topological order.
     pub fn preds(&self, i: u32) -> SmallVec<[u32; 2]> {
         let h = self.head.len() as u32;

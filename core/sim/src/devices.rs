@@ -56,6 +56,8 @@ pub(crate) struct QueueRt {
     overlapping: Vec<usize>,
     /// Tenants whose home includes a GPU of this group: their ops go first here.
     pub owners: Vec<TenantId>,
+    /// The most lanes on any of its GPUs (fixed for the run; read at every op start).
+    pub max_lanes: u32,
 }
 
 impl QueueRt {
@@ -139,6 +141,7 @@ impl Devices {
                     borrowed: 0,
                     overlapping: Vec::new(),
                     owners: owners(g),
+                    max_lanes: gi.iter().map(|&x| gpus[x].lanes()).max().unwrap_or(1),
                 });
             }
         }

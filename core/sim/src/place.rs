@@ -167,11 +167,12 @@ impl Sim<'_> {
         }
         self.ready_view.clear();
         self.followers.clear();
+        let follow = self.opts.follow_producer && producer.is_some();
         for &op in ready {
-            let r = self.ready_op(op);
-            if self.opts.follow_producer && r.kind.follows_producer() && producer.is_some() {
-                self.followers.push(r);
+            if follow && self.gmg.op(op).kind.follows_producer() {
+                self.followers.push(self.follower_op(op));
             } else {
+                let r = self.ready_op(op);
                 self.ready_view.push(r);
             }
         }
@@ -217,12 +218,12 @@ impl Sim<'_> {
             let verdict = if p.group.index() >= self.scn.deployment.groups.len() {
                 Err(Verdict::NoSuchGroup)
             } else {
-                let c = self.costs(r.op, p.group);
+                let c = self.costs_of(&r, p.group);
                 self.check(&r, p.group, &c).map_or(Ok((p.group, c)), Err)
             };
             let (group, c) = verdict.unwrap_or_else(|v| {
                 self.reject(v.reason());
-                (r.home, self.costs(r.op, r.home))
+                (r.home, self.costs_of(&r, r.home))
             });
             self.commit(&r, group, p.priority, c);
         }
@@ -231,7 +232,7 @@ impl Sim<'_> {
             let r = self.ready_view[i];
             if self.gmg.op(r.op).state == OpState::Ready {
                 self.reject("op left unplaced");
-                let c = self.costs(r.op, r.home);
+                let c = self.costs_of(&r, r.home);
                 self.commit(&r, r.home, 0, c);
             }
         }
@@ -280,6 +281,30 @@ impl Sim<'_> {
         }
     }
 
+    /// A ready op that follows its producer: what `follow`, `check` and `commit` read
+    /// of it. The figures only a policy reads (its inputs, its batch) are left out:
+    /// followers are never offered to one, and finding them cost a scan of the op's
+    /// inputs and of its batch's prefills for two ops in three.
+    fn follower_op(&self, op: OpId) -> ReadyOp {
+        let n = self.gmg.op(op);
+        let it = self.iter_of(op);
+        ReadyOp {
+            op,
+            tenant: n.tenant,
+            kind: n.kind,
+            layer: n.layer,
+            predicted_ns: n.predicted_ns,
+            home: self.insts[it.inst as usize].group,
+            ready_ns: n.ready_ns,
+            input_group: None,
+            input_bytes: 0,
+            out_bytes: n.out_bytes,
+            instance: it.inst,
+            prefill_tokens: 0,
+            decodes: 0,
+        }
+    }
+
     /// Places the ops made ready by `producer`'s end that have no real choice of GPU
     /// ([`OpKind::follows_producer`]) where it ran, with its priority, unless an
     /// invariant refuses it there (then home: attention always goes home this way). A
@@ -297,10 +322,10 @@ impl Sim<'_> {
         let prio = self.stats.op_prio.get(producer.raw() as usize).copied().unwrap_or(0);
         let followers = std::mem::take(&mut self.followers);
         for r in &followers {
-            let c = self.costs(r.op, group);
+            let c = self.costs_of(r, group);
             let (group, c) = match self.check(r, group, &c) {
                 None => (group, c),
-                Some(_) => (r.home, self.costs(r.op, r.home)),
+                Some(_) => (r.home, self.costs_of(r, r.home)),
             };
             self.stats.followed += 1;
             self.commit(r, group, prio, c);
@@ -313,6 +338,13 @@ impl Sim<'_> {
     pub(crate) fn costs(&self, op: OpId, group: GroupId) -> Costs {
         let (xfer_ns, xfer_bytes) = self.transfer(op, group);
         Costs { xfer_ns, xfer_bytes, dur: self.duration(op, group) }
+    }
+
+    /// [`Sim::costs`] of a ready op, whose home prediction is at hand.
+    pub(crate) fn costs_of(&self, r: &ReadyOp, group: GroupId) -> Costs {
+        let (xfer_ns, xfer_bytes) = self.transfer(r.op, group);
+        let dur = if group == r.home { r.predicted_ns } else { self.duration(r.op, group) };
+        Costs { xfer_ns, xfer_bytes, dur }
     }
 
     /// Nanoseconds to bring the op's inputs to `group`, and the bytes copied.
@@ -587,8 +619,7 @@ impl Sim<'_> {
     /// The op's duration as its GPU runs it now: a context switch first if another
     /// tenant ran last and the policy's processes pay for it; under spatial sharing,
     /// slowed by its lane's share of the SMs and by concurrent lanes on the bandwidth.
-    fn effective_duration(&self, q: usize, op: OpId, dur: u64) -> u64 {
-        let tenant = self.gmg.op(op).tenant;
+    fn effective_duration(&self, q: usize, op: OpId, tenant: TenantId, dur: u64) -> u64 {
         let switch = self.policy.context_switch_ns();
         let mut d = dur;
         if switch > 0
@@ -596,7 +627,7 @@ impl Sim<'_> {
         {
             d += switch;
         }
-        let lanes = self.dev.queues[q].gpus.iter().map(|&g| self.dev.gpus[g].lanes()).max().unwrap_or(1);
+        let lanes = self.dev.queues[q].max_lanes;
         if lanes > 1 {
             let node = self.gmg.op(op);
             let it = self.iter_of(op);
@@ -616,7 +647,11 @@ impl Sim<'_> {
     }
 
     fn start_op(&mut self, q: usize, op: OpId, dur: u64) {
-        let mut dur = self.effective_duration(q, op, dur);
+        let (tenant, out_bytes) = {
+            let n = self.gmg.op(op);
+            (n.tenant, n.out_bytes)
+        };
+        let mut dur = self.effective_duration(q, op, tenant, dur);
         if let Some(x) = self.exec.take() {
             let node = self.gmg.op(op);
             let it = self.iter_of(op);
@@ -646,14 +681,13 @@ impl Sim<'_> {
             self.dep_violations += late as u64;
         }
         let copies = self.stats.op_guest.get(op.raw() as usize).copied().unwrap_or(0);
-        let out_bytes = self.gmg.op(op).out_bytes + copies;
+        let out_bytes = out_bytes + copies;
         self.gmg.start(op, self.now);
         let end = self.now + dur;
         for i in 0..self.dev.queues[q].gpus.len() {
             let x = self.dev.queues[q].gpus[i];
             self.dev.gpus[x].ledger.alloc(MemoryKind::Activations, out_bytes, self.now);
         }
-        let tenant = self.gmg.op(op).tenant;
         self.dev.occupy(q, self.now, end, tenant);
         if let Some(tl) = self.timeline.as_mut().map(std::cell::RefCell::get_mut) {
             tl.started(slicesched_whatif::OpKey(self.op_keys[op.raw() as usize]), self.now).expect("committed op");

@@ -195,6 +195,9 @@ pub(crate) struct Sim<'a> {
     pub now: u64,
     pub seq: u64,
     pub events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    /// The event being dispatched is still the heap's top (`Sim::run`): the first
+    /// event pushed meanwhile takes its place, one sift instead of a pop and a push.
+    pub top_done: bool,
     pub gmg: Gmg,
     pub dev: Devices,
     pub group_ctx: Vec<DeviceCtx>,
@@ -229,6 +232,8 @@ pub(crate) struct Sim<'a> {
     pub next_key: u64,
     // Scratch buffers reused on the hot path.
     pub ready: Vec<OpId>,
+    /// Per op of the iteration launching, its predicted ns.
+    pub pred_scratch: Vec<u64>,
     pub freed: Vec<(OpId, u64)>,
     pub closed: Vec<(usize, u64)>,
     pub ready_view: Vec<ReadyOp>,
@@ -375,6 +380,7 @@ impl<'a> Sim<'a> {
             now: 0,
             seq: 0,
             events: BinaryHeap::new(),
+            top_done: false,
             gmg: Gmg::new(),
             dev,
             group_ctx,
@@ -399,6 +405,7 @@ impl<'a> Sim<'a> {
             op_keys: Vec::new(),
             next_key: 0,
             ready: Vec::new(),
+            pred_scratch: Vec::new(),
             freed: Vec::new(),
             closed: Vec::new(),
             ready_view: Vec::new(),
@@ -495,7 +502,14 @@ impl Sim<'_> {
 
     pub(crate) fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
-        self.events.push(Reverse((at, self.seq, ev)));
+        let e = Reverse((at, self.seq, ev));
+        if self.top_done {
+            // Keys are unique, so the heap pops in the same order however it is built.
+            self.top_done = false;
+            *self.events.peek_mut().expect("the dispatched event") = e;
+        } else {
+            self.events.push(e);
+        }
     }
 
     fn run(&mut self, progress: &mut dyn FnMut(&Progress)) {
@@ -525,12 +539,17 @@ impl Sim<'_> {
                 next_arrival += 1;
                 continue;
             }
-            let Reverse((t, _, ev)) = self.events.pop().expect("event");
+            let Reverse((t, _, ev)) = *self.events.peek().expect("event");
             if t > stop {
                 break;
             }
             self.now = t;
+            self.top_done = true;
             self.dispatch(ev);
+            if self.top_done {
+                self.top_done = false;
+                self.events.pop();
+            }
             if self.op_events >= next_report {
                 next_report += self.opts.progress_every;
                 progress(&self.progress(stop));
@@ -812,19 +831,18 @@ impl Sim<'_> {
             return;
         }
         let rt = &self.insts[inst];
-        let (h, l) = (dag.head.len() as u32, dag.layer.len() as u32);
-        let body = l * dag.layers;
-        let predicted = |i: u32| {
-            if i < h {
-                pred[0][i as usize]
-            } else if i < h + body {
-                pred[1][((i - h) % l) as usize]
-            } else {
-                pred[2][(i - h - body) as usize]
-            }
-        };
+        // Laid out op by op once: finding an op's segment and place in the layer
+        // template took two divisions per op.
+        let mut all = std::mem::take(&mut self.pred_scratch);
+        all.clear();
+        all.extend_from_slice(&pred[0]);
+        for _ in 0..dag.layers {
+            all.extend_from_slice(&pred[1]);
+        }
+        all.extend_from_slice(&pred[2]);
         self.ready.clear();
-        let iter = self.gmg.add_iteration(rt.tenant, &dag, self.now, predicted, &mut self.ready);
+        let iter = self.gmg.add_iteration(rt.tenant, &dag, self.now, |i| all[i as usize], &mut self.ready);
+        self.pred_scratch = all;
         if self.iters.len() <= iter.index() {
             self.iters.resize_with(iter.index() + 1, || None);
         }
