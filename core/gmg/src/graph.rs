@@ -1,6 +1,8 @@
 //! The operator graph: in-flight iterations, their ops, states and tensor edges.
 
 use crate::{GroupId, IterId, OpId, TenantId};
+use petgraph::graph::{Graph, NodeIndex};
+use petgraph::{Directed, Incoming, Outgoing};
 use serde::Serialize;
 use slicesched_model::{IterationDag, OpKind};
 
@@ -53,70 +55,56 @@ pub struct IterationInfo {
     shape: u32,
 }
 
-/// The tensor edges of one DAG shape, by position in the DAG. A producer's consumers
-/// are listed newest first and a consumer's producers last first: the order the
-/// petgraph adjacency lists this replaced walked them in, which decides the order ops
-/// become ready and outputs are freed, so replays stay bit for bit what they were.
+/// The tensor edges of one DAG shape, by position in the DAG: a petgraph graph built
+/// once per shape, edges added in the DAG's order, so a producer's consumers are walked
+/// newest first and a consumer's producers last first (petgraph's adjacency lists), the
+/// order that decides which ops become ready and which outputs are freed first.
+/// Iterations share it: adding one writes its ops and no edge.
 #[derive(Debug)]
 struct Shape {
     /// A DAG of this shape, to recognise the next ones ([`IterationDag::same_shape`]).
     dag: IterationDag,
-    /// Op `i`'s producers are `preds[pred_at[i]..pred_at[i + 1]]`.
-    pred_at: Vec<u32>,
-    preds: Vec<u32>,
-    /// Op `i`'s consumers are `succs[succ_at[i]..succ_at[i + 1]]`.
-    succ_at: Vec<u32>,
-    succs: Vec<u32>,
+    edges: Graph<(), (), Directed, u32>,
+    /// Per op, its producers and its consumers: counted once, read per iteration.
+    inputs: Vec<u16>,
+    consumers: Vec<u16>,
 }
 
 impl Shape {
     fn of(dag: &IterationDag) -> Shape {
         let n = dag.len() as usize;
-        let mut pred_at = Vec::with_capacity(n + 1);
-        pred_at.push(0);
-        let mut preds = Vec::new();
-        let mut consumers = vec![0u32; n];
-        for i in 0..n {
-            let p = dag.preds(i as u32);
-            preds.extend(p.iter().rev());
-            for &x in &p {
-                consumers[x as usize] += 1;
-            }
-            pred_at.push(preds.len() as u32);
+        let mut edges = Graph::with_capacity(n, n * 2);
+        for _ in 0..n {
+            edges.add_node(());
         }
-        let mut succ_at = Vec::with_capacity(n + 1);
-        succ_at.push(0);
+        let (mut inputs, mut consumers) = (vec![0u16; n], vec![0u16; n]);
         for i in 0..n {
-            succ_at.push(succ_at[i] + consumers[i]);
-        }
-        let mut fill: Vec<u32> = succ_at[..n].to_vec();
-        let mut succs = vec![0; preds.len()];
-        for c in (0..n).rev() {
-            for &p in &dag.preds(c as u32) {
-                succs[fill[p as usize] as usize] = c as u32;
-                fill[p as usize] += 1;
+            for &p in &dag.preds(i as u32) {
+                edges.add_edge(NodeIndex::new(p as usize), NodeIndex::new(i), ());
+                inputs[i] += 1;
+                consumers[p as usize] += 1;
             }
         }
-        Shape { dag: dag.clone(), pred_at, preds, succ_at, succs }
+        Shape { dag: dag.clone(), edges, inputs, consumers }
     }
 
     #[inline]
-    fn preds(&self, i: u32) -> &[u32] {
-        &self.preds[self.pred_at[i as usize] as usize..self.pred_at[i as usize + 1] as usize]
+    fn preds(&self, i: u32) -> impl Iterator<Item = u32> + '_ {
+        self.edges.neighbors_directed(NodeIndex::new(i as usize), Incoming).map(|x| x.index() as u32)
     }
 
     #[inline]
-    fn succs(&self, i: u32) -> &[u32] {
-        &self.succs[self.succ_at[i as usize] as usize..self.succ_at[i as usize + 1] as usize]
+    fn succs(&self, i: u32) -> impl Iterator<Item = u32> + '_ {
+        self.edges.neighbors_directed(NodeIndex::new(i as usize), Outgoing).map(|x| x.index() as u32)
     }
 }
 
 /// The Global Mapping Graph of in-flight work.
 ///
 /// Ops live in a table of slots; a retired iteration's slots are taken again last
-/// freed first (as petgraph's `StableGraph` did, so `OpId`s are what they were). The
-/// edges are not stored per op: every iteration of a model has the same DAG shape, whose
-/// edges are kept once ([`Shape`]), so adding an iteration writes its ops and nothing
+/// freed first (as petgraph's `StableGraph` did when it held every op, so `OpId`s are what
+/// they were). The edges are not stored per op: every iteration of a model has the same DAG
+/// shape, whose edges are kept once, in a petgraph graph ([`Shape`]), so adding an iteration writes its ops and nothing
 /// else, and retiring it frees their slots.
 #[derive(Debug, Default)]
 pub struct Gmg {
@@ -184,7 +172,7 @@ impl Gmg {
             .chain(std::iter::once((&dag.tail, None)));
         let specs = segments.flat_map(|(specs, layer)| specs.iter().map(move |s| (s, layer)));
         for (i, (spec, layer)) in (0..n).zip(specs) {
-            let inputs = sh.preds(i).len();
+            let inputs = sh.inputs[i as usize];
             let node = OpNode {
                 tenant,
                 iter,
@@ -198,8 +186,8 @@ impl Gmg {
                 start_ns: 0,
                 end_ns: 0,
                 out_bytes: spec.out_bytes,
-                pending_inputs: inputs as u16,
-                pending_consumers: sh.succs(i).len() as u16,
+                pending_inputs: inputs,
+                pending_consumers: sh.consumers[i as usize],
             };
             let id = match self.free.pop() {
                 Some(k) => {
@@ -278,7 +266,7 @@ impl Gmg {
         };
         let info = self.iters[iter.index()].as_mut().expect("live iteration");
         let sh = &self.shapes[info.shape as usize];
-        for &s in sh.succs(index) {
+        for s in sh.succs(index) {
             let id = info.ops[s as usize];
             let sn = self.nodes[id.0 as usize].as_mut().expect("live op");
             sn.pending_inputs -= 1;
@@ -288,7 +276,7 @@ impl Gmg {
                 ready.push(id);
             }
         }
-        for &p in sh.preds(index) {
+        for p in sh.preds(index) {
             let id = info.ops[p as usize];
             let pn = self.nodes[id.0 as usize].as_mut().expect("live op");
             pn.pending_consumers -= 1;
@@ -321,7 +309,7 @@ impl Gmg {
     pub fn inputs(&self, op: OpId) -> impl Iterator<Item = OpId> + '_ {
         let n = self.op(op);
         let info = self.iteration(n.iter);
-        self.shapes[info.shape as usize].preds(n.index).iter().map(move |&p| info.ops[p as usize])
+        self.shapes[info.shape as usize].preds(n.index).map(move |p| info.ops[p as usize])
     }
 }
 
