@@ -78,10 +78,10 @@ impl Shape {
             edges.add_node(());
         }
         let (mut inputs, mut consumers) = (vec![0u16; n], vec![0u16; n]);
-        for i in 0..n {
+        for (i, count) in inputs.iter_mut().enumerate() {
             for &p in &dag.preds(i as u32) {
                 edges.add_edge(NodeIndex::new(p as usize), NodeIndex::new(i), ());
-                inputs[i] += 1;
+                *count += 1;
                 consumers[p as usize] += 1;
             }
         }
