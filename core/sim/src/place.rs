@@ -204,6 +204,12 @@ impl Sim<'_> {
             policy.place(&view, &self.ready_view, &mut placements);
             self.policy = policy;
         }
+        // As in `follow`: the checks away from home read the GPUs' state as of now.
+        if !self.policy.reads_view()
+            && placements.iter().any(|p| self.ready_view.iter().any(|r| r.op == p.op && r.home != p.group))
+        {
+            self.build_views();
+        }
         self.stats.decisions += 1;
 
         for p in &placements {
@@ -321,6 +327,14 @@ impl Sim<'_> {
         let group = self.gmg.op(producer).group.expect("a finished op ran somewhere");
         let prio = self.stats.op_prio.get(producer.raw() as usize).copied().unwrap_or(0);
         let followers = std::mem::take(&mut self.followers);
+        // The checks of an op away from home read the GPUs' state (`busy_until`,
+        // `queued_ns`, `owner_need`), which is built for the policy's calls: as of the
+        // last call it would depend on how often the policy is asked, and the fast path
+        // asks it less (on mix-6t under `slice` the two paths parted at 32 s when a
+        // follower of a borrowed chain was judged on a 6-ms-old owner guard).
+        if followers.iter().any(|r| r.home != group) {
+            self.build_views();
+        }
         for r in &followers {
             let c = self.costs_of(r, group);
             let (group, c) = match self.check(r, group, &c) {

@@ -151,3 +151,16 @@ fn a_shared_gpu_runs_op_by_op_while_its_other_instance_has_work() {
     assert!(reps.iter().any(|r| r.3), "a serving copy: {reps:?}");
     assert!(fast.fast_iterations > 0 && fast.fast_iterations < fast.summary.iterations);
 }
+
+/// A chain borrowed across tenants' copies: on `mix-6t` under `slice` a follower of the
+/// 13B's borrowed layer (on its copy's GPUs, homes of two tenants whose iterations run
+/// fast) was judged against the GPUs' state as of the policy's last call, older on the
+/// fast path (which calls it less), and the two paths parted 32 s in. The checks now
+/// read the state as of the moment they judge.
+#[test]
+fn a_follower_away_from_home_is_judged_on_the_gpus_as_they_are() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/mix-6t.toml");
+    let scn = Scenario::from_file_for(&path, Some(80.0)).unwrap();
+    let fast = assert_same(&scn, "slice", ReplayOptions::default()).unwrap();
+    assert!(fast.fast_iterations > 0 && fast.summary.scheduling.borrowed_ops > 0);
+}
