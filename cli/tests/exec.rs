@@ -312,11 +312,19 @@ fn run_serves_the_phi_qwen3_and_mixtral_layouts() {
         let v: f64 = row.split(',').nth(up).unwrap().parse().unwrap();
         assert!(v > 0.0, "tiny-mixtral's up projection unmeasured: {row}");
     }
-    let out = tmp("run-arch");
+    let cost = ["--cost-profile".into(), prof.into_os_string()];
+    run_serves("tiny-arch-3t", "native:slice", &cost, &["tiny-phi", "tiny-qwen3", "tiny-mixtral"]);
+}
+
+/// `run` of a shipped scenario on the CPU executor under `policy` (with `extra`
+/// arguments): it ends well, without OOM or executor errors, and every tenant, of the
+/// `models` given in order, has requests and completes them all.
+fn run_serves(scenario: &str, policy: &str, extra: &[std::ffi::OsString], models: &[&str]) {
+    let out = tmp(&format!("run-{scenario}"));
     let o = bin()
-        .args(["run", "--scenario", "scenarios/tiny-arch-3t.toml", "--executor", "cpu", "--quiet"])
-        .args(["--policy", "native:slice", "--cost-profile"])
-        .arg(&prof)
+        .args(["run", "--scenario", &format!("scenarios/{scenario}.toml"), "--executor", "cpu", "--quiet"])
+        .args(["--policy", policy])
+        .args(extra)
         .arg("--out")
         .arg(&out)
         .output()
@@ -326,9 +334,10 @@ fn run_serves_the_phi_qwen3_and_mixtral_layouts() {
     assert_eq!(s["oom_events"], 0);
     assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
     let tenants = s["tenants"].as_array().unwrap();
-    let models: Vec<&str> = tenants.iter().map(|t| t["model"].as_str().unwrap()).collect();
-    assert_eq!(models, ["tiny-phi", "tiny-qwen3", "tiny-mixtral"]);
+    let names: Vec<&str> = tenants.iter().map(|t| t["model"].as_str().unwrap()).collect();
+    assert_eq!(names, models);
     for t in tenants {
+        assert!(t["requests"].as_u64().unwrap() > 0, "{t}");
         assert_eq!(t["completed"], t["requests"], "{t}");
     }
 }
@@ -336,22 +345,5 @@ fn run_serves_the_phi_qwen3_and_mixtral_layouts() {
 /// Gemma-2's layout and an expert-parallel mixture through `run` on the CPU executor.
 #[test]
 fn run_serves_gemma2_and_an_expert_parallel_mixture() {
-    let out = tmp("run-arch-ep");
-    let o = bin()
-        .args(["run", "--scenario", "scenarios/tiny-arch-ep.toml", "--executor", "cpu", "--quiet"])
-        .args(["--policy", "native:dedicated", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(s["oom_events"], 0);
-    assert!(s["executor"]["errors"].as_array().unwrap().is_empty(), "{}", s["executor"]);
-    let tenants = s["tenants"].as_array().unwrap();
-    let models: Vec<&str> = tenants.iter().map(|t| t["model"].as_str().unwrap()).collect();
-    assert_eq!(models, ["tiny-gemma2", "tiny-mixtral"]);
-    for t in tenants {
-        assert!(t["requests"].as_u64().unwrap() > 0, "{t}");
-        assert_eq!(t["completed"], t["requests"], "{t}");
-    }
+    run_serves("tiny-arch-ep", "native:dedicated", &[], &["tiny-gemma2", "tiny-mixtral"]);
 }

@@ -257,34 +257,22 @@ impl Sim<'_> {
         }
     }
 
-    /// What the policy is shown of a ready op.
+    /// What the policy is shown of a ready op: [`Sim::follower_op`] with its largest
+    /// input's group and size and its batch's make-up.
     fn ready_op(&self, op: OpId) -> ReadyOp {
-        let n = self.gmg.op(op);
-        let (mut input_group, mut input_bytes) = (None, 0);
+        let mut r = self.follower_op(op);
         for p in self.gmg.inputs(op) {
             let pn = self.gmg.op(p);
-            if pn.out_bytes >= input_bytes {
-                input_bytes = pn.out_bytes;
-                input_group = pn.group;
+            if pn.out_bytes >= r.input_bytes {
+                r.input_bytes = pn.out_bytes;
+                r.input_group = pn.group;
             }
         }
         let it = self.iter_of(op);
         let b = self.insts[it.inst as usize].engine.batch(it.batch);
-        ReadyOp {
-            op,
-            tenant: n.tenant,
-            kind: n.kind,
-            layer: n.layer,
-            predicted_ns: n.predicted_ns,
-            home: self.insts[it.inst as usize].group,
-            ready_ns: n.ready_ns,
-            input_group,
-            input_bytes,
-            out_bytes: n.out_bytes,
-            instance: it.inst,
-            prefill_tokens: b.prefills.iter().map(|p| p.chunk).sum(),
-            decodes: b.decodes.len() as u32,
-        }
+        r.prefill_tokens = b.prefills.iter().map(|p| p.chunk).sum();
+        r.decodes = b.decodes.len() as u32;
+        r
     }
 
     /// A ready op that follows its producer: what `follow`, `check` and `commit` read
