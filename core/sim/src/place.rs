@@ -89,6 +89,13 @@ impl PlaceStats {
 impl Sim<'_> {
     /// Refreshes the per-GPU and per-tenant figures the policy sees.
     pub(crate) fn build_views(&mut self) {
+        self.build_gpu_views();
+        self.build_tenant_views();
+    }
+
+    /// Refreshes the per-GPU figures (`busy_until`, `queued_ns`, `owner_need`): what the
+    /// core's checks of a placement away from home read.
+    pub(crate) fn build_gpu_views(&mut self) {
         let now = self.now;
         for (i, g) in self.dev.gpus.iter().enumerate() {
             self.busy_until[i] = if g.busy() { g.busy_until } else { now };
@@ -117,6 +124,10 @@ impl Sim<'_> {
                 }
             }
         }
+    }
+
+    fn build_tenant_views(&mut self) {
+        let now = self.now;
         self.tenant_views.clear();
         for (i, t) in self.scn.tenants.iter().enumerate() {
             let home = &self.insts[self.tenant_insts[i][0] as usize];
@@ -208,7 +219,7 @@ impl Sim<'_> {
         if !self.policy.reads_view()
             && placements.iter().any(|p| self.ready_view.iter().any(|r| r.op == p.op && r.home != p.group))
         {
-            self.build_views();
+            self.build_gpu_views();
         }
         self.stats.decisions += 1;
 
@@ -321,7 +332,7 @@ impl Sim<'_> {
         // asks it less (on mix-6t under `slice` the two paths parted at 32 s when a
         // follower of a borrowed chain was judged on a 6-ms-old owner guard).
         if followers.iter().any(|r| r.home != group) {
-            self.build_views();
+            self.build_gpu_views();
         }
         for r in &followers {
             let c = self.costs_of(r, group);
