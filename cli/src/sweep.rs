@@ -63,6 +63,13 @@ pub struct Args {
     /// `static`, `online` (as `replay --replan`).
     #[arg(long, default_value = "static")]
     replan: slicesched_sim::Replan,
+    /// With --family: take a scenario's sweep from `OUT/<file stem>/sweep.json` where an
+    /// earlier run (of `--family` or of `--scenario` into that folder) left one swept from
+    /// the same file, for as long, with the same search and settings, for every policy
+    /// and target asked; sweep the others. An interrupted family sweep goes on where it
+    /// stopped.
+    #[arg(long)]
+    resume: bool,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
@@ -133,6 +140,13 @@ pub(crate) struct Sweeper {
     replan: slicesched_sim::Replan,
 }
 
+/// SHA-256 (hex) of a scenario file's bytes, recorded in its sweep (`--resume`).
+pub(crate) fn file_sha256(path: &std::path::Path) -> Result<String> {
+    use sha2::Digest;
+    let bytes = std::fs::read(path).with_context(|| format!("reading scenario {}", path.display()))?;
+    Ok(sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Loads a scenario, replaying `duration_s` seconds of it when given.
 pub(crate) fn load(path: &std::path::Path, duration_s: Option<f64>) -> Result<Scenario> {
     Scenario::from_file_for(path, duration_s).with_context(|| format!("loading scenario {}", path.display()))
@@ -147,6 +161,7 @@ pub fn run(a: Args) -> Result<()> {
     for p in &policies {
         crate::policies::note_wasm(p);
     }
+    ensure!(!a.resume || a.family.is_some(), "--resume takes earlier sweeps of a --family folder: give --family");
     ensure!(!a.violation_targets.is_empty(), "--violation-targets is empty");
     for t in &a.violation_targets {
         ensure!((0.0..1.0).contains(t), "violation target {t} is not a fraction in [0, 1)");
@@ -165,11 +180,13 @@ pub fn run(a: Args) -> Result<()> {
     };
     let log = Log::new(a.quiet);
     if let Some(dir) = &a.family {
-        return family::run(dir, a.duration_s, &a.out, &sweeper, &log, started);
+        return family::run(dir, a.duration_s, &a.out, a.resume, &sweeper, &log, started);
     }
     let path = a.scenario.as_ref().expect("clap requires --scenario without --family");
     let scenario = load(path, a.duration_s)?;
-    let report = sweep_scenario(&scenario, &sweeper, &log, started)?;
+    let digest = file_sha256(path)?;
+    let mut report = sweep_scenario(&scenario, &sweeper, &log, started)?;
+    report.scenario_sha256 = Some(digest);
     let mut out = std::io::stdout().lock();
     write!(out, "{}", slicesched_report::sweep_table(&report))?;
     let replay_s = report.timing.replay_wall_s;
@@ -335,6 +352,8 @@ fn build_report(
         refused_share: refused,
         kv_migration: sw.kv_migration.name().into(),
         replan: sw.replan.name().into(),
+        scenario_sha256: None,
+        duration_s: scenario.spec.duration_s,
         results,
         ratios,
         points,

@@ -145,3 +145,59 @@ fn family_sweep_refuses_what_it_cannot_report() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// `--resume` takes a scenario's sweep from an earlier run (here a `--scenario` sweep
+/// into the family's folder for it) and sweeps the rest; a scenario file that changed,
+/// or another search, is swept again, and says why.
+#[test]
+fn family_sweep_resumes_from_earlier_sweeps_of_the_same_files() {
+    let dir = tmp("resume-in");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.toml"), scenario("fam-a", 1, 6.0)).unwrap();
+    std::fs::write(dir.join("b.toml"), scenario("fam-b", 2, 3.0)).unwrap();
+    let out = tmp("resume-out");
+    let args = ["--violation-targets", "0.05,0.2", "--precision", "0.3", "--max-scale", "8", "--jobs", "2"];
+    let o = bin()
+        .args(["sweep", "--scenario"])
+        .arg(dir.join("a.toml"))
+        .args(args)
+        .args(["--duration-s", "15", "--quiet", "--policies", "dedicated,pooled", "--out"])
+        .arg(out.join("a"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a_before = std::fs::read(out.join("a").join("sweep.json")).unwrap();
+    assert!(json(&out.join("a").join("sweep.json"))["scenario_sha256"].as_str().is_some_and(|h| h.len() == 64));
+
+    let o = family(&dir, &out, &["--policies", "dedicated,pooled", "--resume"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(out.join("a").join("sweep.json")).unwrap(), a_before, "a was swept again");
+    let fam = json(&out.join("family.json"));
+    assert_eq!(fam["scenarios"].as_array().unwrap().len(), 2);
+    assert_eq!(fam["scenarios"][0]["ratios"], json(&out.join("a").join("sweep.json"))["ratios"]);
+    assert!(out.join("b").join("sweep.json").exists());
+    let b_before = std::fs::read(out.join("b").join("sweep.json")).unwrap();
+
+    // b's file changes: b is swept again, a is still taken.
+    std::fs::write(dir.join("b.toml"), scenario("fam-b", 2, 3.0) + "# edited\n").unwrap();
+    let o = family(&dir, &out, &["--policies", "dedicated,pooled", "--resume"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("b.toml: sweeping again") && err.contains("another version"), "{err}");
+    assert!(!err.contains("a.toml: sweeping again"), "{err}");
+    assert_eq!(std::fs::read(out.join("a").join("sweep.json")).unwrap(), a_before);
+    assert_ne!(std::fs::read(out.join("b").join("sweep.json")).unwrap(), b_before);
+
+    // A policy the earlier sweeps did not search: both are swept again.
+    let o = family(&dir, &out, &["--policies", "dedicated,pooled,slice", "--resume"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && err.matches("has no answer for").count() == 2 && err.contains("slice at 5% violations"),
+        "{err}"
+    );
+
+    // Without --family, --resume is an error that says so.
+    let o =
+        bin().args(["sweep", "--scenario", "scenarios/smoke.toml", "--resume", "--out", "/tmp/x"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--resume") && err.contains("--family"), "{err}");
+}

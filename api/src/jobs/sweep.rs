@@ -131,6 +131,8 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             refused_share: scenario.refused_share(),
             kv_migration: kv_migration.name().into(),
             replan: replan.name().into(),
+            scenario_sha256: None,
+            duration_s: scenario.spec.duration_s,
             results,
             ratios,
             points: points_out,

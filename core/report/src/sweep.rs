@@ -3,11 +3,11 @@
 use crate::plots::PALETTE;
 use crate::{write_atomic, ReportError};
 use plotters::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The highest rate scale one policy sustains under one violation target.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SweepResult {
     pub policy: String,
     pub target: f64,
@@ -23,7 +23,7 @@ pub struct SweepResult {
 }
 
 /// `rate_scale` relative to `dedicated` at the same target; None where that is undefined.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SweepRatio {
     pub policy: String,
     pub target: f64,
@@ -50,7 +50,7 @@ pub fn goodput_ratios(results: &[SweepResult]) -> Vec<SweepRatio> {
 }
 
 /// One replay of the sweep.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SweepPoint {
     pub policy: String,
     pub rate_scale: f64,
@@ -66,7 +66,7 @@ pub struct SweepPoint {
     pub stopped_early: bool,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SweepTiming {
     pub wall_s: f64,
     /// Sum of the replays' wall times: over `wall_s`, how well the jobs overlapped.
@@ -75,7 +75,7 @@ pub struct SweepTiming {
 }
 
 /// `sweep.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SweepReport {
     pub scenario: String,
     pub precision: f64,
@@ -91,6 +91,13 @@ pub struct SweepReport {
     /// Whether the planned copies stayed for the whole run (`static`) or came and went
     /// with the load (`online`: `ReplayOptions::replan`).
     pub replan: String,
+    /// SHA-256 (hex) of the scenario file swept and the seconds of it replayed (None: the
+    /// whole trace): what `sweep --family --resume` checks before it takes a scenario's
+    /// sweep from an earlier run. Absent from files written before they were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
     pub results: Vec<SweepResult>,
     pub ratios: Vec<SweepRatio>,
     pub points: Vec<SweepPoint>,
@@ -226,6 +233,8 @@ mod tests {
             refused_share: 0.0,
             kv_migration: "off".into(),
             replan: "static".into(),
+            scenario_sha256: None,
+            duration_s: None,
             results: vec![SweepResult {
                 policy: "dedicated".into(),
                 target: 0.09,

@@ -175,6 +175,8 @@ mod tests {
             refused_share: 0.0,
             kv_migration: "off".into(),
             replan: "static".into(),
+            scenario_sha256: None,
+            duration_s: None,
             results: vec![result],
             ratios: Vec::new(),
             points,
