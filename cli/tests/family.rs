@@ -46,6 +46,15 @@ trace = {{ kind = "poisson", rate = 0.5 }}
     )
 }
 
+/// A fresh folder `name` holding `a.toml` and `b.toml`, two short scenarios.
+fn two_scenarios(name: &str) -> PathBuf {
+    let dir = tmp(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.toml"), scenario("fam-a", 1, 6.0)).unwrap();
+    std::fs::write(dir.join("b.toml"), scenario("fam-b", 2, 3.0)).unwrap();
+    dir
+}
+
 fn family(dir: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     bin()
         .args(["sweep", "--family"])
@@ -64,10 +73,7 @@ fn json(p: &Path) -> serde_json::Value {
 
 #[test]
 fn family_sweep_reports_a_consistent_spread() {
-    let dir = tmp("in");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("a.toml"), scenario("fam-a", 1, 6.0)).unwrap();
-    std::fs::write(dir.join("b.toml"), scenario("fam-b", 2, 3.0)).unwrap();
+    let dir = two_scenarios("in");
     std::fs::write(dir.join("notes.txt"), "not a scenario").unwrap();
     let out = tmp("out");
     let o = family(&dir, &out, &["--policies", "dedicated,pooled"]);
@@ -151,10 +157,7 @@ fn family_sweep_refuses_what_it_cannot_report() {
 /// or another search, is swept again, and says why.
 #[test]
 fn family_sweep_resumes_from_earlier_sweeps_of_the_same_files() {
-    let dir = tmp("resume-in");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("a.toml"), scenario("fam-a", 1, 6.0)).unwrap();
-    std::fs::write(dir.join("b.toml"), scenario("fam-b", 2, 3.0)).unwrap();
+    let dir = two_scenarios("resume-in");
     let out = tmp("resume-out");
     let args = ["--violation-targets", "0.05,0.2", "--precision", "0.3", "--max-scale", "8", "--jobs", "2"];
     let o = bin()
