@@ -229,11 +229,17 @@ fn run_serves_requests_from_pooled_serving_replicas() {
         std::fs::write(&scn, heavy).unwrap();
         tenant_loads_with(&Scenario::from_file(&scn).unwrap(), &cost)
     };
-    // Busy share is about proportional to the rate; a second step corrects for the
-    // arrivals the new rate draws.
+    // Busy share is about proportional to the rate; further steps correct for the
+    // arrivals each new rate draws (a few requests decide a short trace's peak, and a
+    // profile taken on a loaded host prices every op higher: two steps once ended at
+    // 0.43 busy under CI's parallel tests).
     let mut rate = 1.2;
-    for _ in 0..2 {
-        rate = (rate * 0.8 / loaded_at(rate)[1].rho_peak).clamp(0.05, 20.0);
+    for _ in 0..6 {
+        let rho = loaded_at(rate)[1].rho_peak;
+        if (0.7..0.9).contains(&rho) {
+            break;
+        }
+        rate = (rate * 0.8 / rho).clamp(0.05, 20.0);
     }
     let loads = loaded_at(rate);
     assert!(loads[1].rho_peak > RHO_FIT, "code at {rate}/s is not busy enough to ask a copy: {loads:?}");
