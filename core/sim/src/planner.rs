@@ -309,9 +309,6 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
                 copy.group = out.deployment.group_for(&gpus);
                 let busy = owners_busy(scn, &tenant_rho, &gpus);
                 got[i] += capacity_of(&copy, t.model.num_hidden_layers as u32, busy);
-                let lend = Lenders { guest_factor, ..lenders };
-                let growth: Vec<u64> =
-                    gpus.iter().map(|x| lend.reserve_growth(x.0 as usize, t.activation_reserve)).collect();
                 // Ops borrowed into the copy's group need the guest reserve on every GPU
                 // of it; where it does not fit, the copy serves requests only (the core
                 // refuses borrowed ops beyond the reserve).
@@ -321,11 +318,12 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
                 // them than `pooled` (gen-09 of scenarios/family at rate scale 6.79: its
                 // bursty 7B two instead of four, its long-context 14B one instead of two;
                 // 17.35% of requests late against `pooled`'s 8.87%, 7.30% now).
-                let defer = serving && guest_factor > 0.0;
-                let room = !defer
-                    && gpus.iter().zip(&growth).all(|(x, g)| copy.weight_bytes_per_gpu + g <= budget[x.0 as usize]);
-                if defer {
-                    deferred.push((gpus.clone(), t.activation_reserve));
+                let act = t.activation_reserve;
+                if serving && guest_factor > 0.0 {
+                    deferred.push((gpus.clone(), act));
+                } else {
+                    let (weights, factor) = (copy.weight_bytes_per_gpu, guest_factor);
+                    book_guest_reserve(&mut budget, &mut guest_max_act, &gpus, act, factor, weights);
                 }
                 // A serving copy was judged with room for a KV cache beside its weights
                 // (`copy_on`); that room stays booked, or later weight-only copies take it
@@ -334,12 +332,9 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
                 // the 70B's GPUs got 9,872 tokens each, the 70B's home 110,704 of its
                 // 125,460, once the 34B's ranges went there too).
                 let kv_room = if copy.serves { copy.weight_bytes_per_gpu / 2 } else { 0 };
-                for (x, grow) in gpus.iter().zip(growth) {
-                    let cost = copy.weight_bytes_per_gpu + kv_room + if room { grow } else { 0 };
+                for x in &gpus {
+                    let cost = copy.weight_bytes_per_gpu + kv_room;
                     budget[x.0 as usize] -= cost.min(budget[x.0 as usize]);
-                    if room {
-                        guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(t.activation_reserve);
-                    }
                 }
                 out.deployment.homes.push(copy);
                 placed = true;
@@ -352,16 +347,7 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
     // The serving copies' guest reserves, as far as the lenders' budgets hold them; a
     // copy without one serves requests only (the core refuses ops borrowed beyond it).
     for (gpus, act) in deferred {
-        let growth: Vec<u64> = gpus
-            .iter()
-            .map(|x| (act.saturating_sub(guest_max_act[x.0 as usize]) as f64 * spec.guest_reserve_factor).ceil() as u64)
-            .collect();
-        if gpus.iter().zip(&growth).all(|(x, g)| *g <= budget[x.0 as usize]) {
-            for (x, g) in gpus.iter().zip(growth) {
-                budget[x.0 as usize] -= g;
-                guest_max_act[x.0 as usize] = guest_max_act[x.0 as usize].max(act);
-            }
-        }
+        book_guest_reserve(&mut budget, &mut guest_max_act, &gpus, act, spec.guest_reserve_factor, 0);
     }
     if mode != ReplicaMode::Serving {
         out.guest_reserve = guest_max_act.iter().map(|&a| (a as f64 * spec.guest_reserve_factor) as u64).collect();
@@ -394,7 +380,27 @@ struct Lenders<'a> {
 impl Lenders<'_> {
     /// Bytes GPU `g`'s guest reserve grows by for a guest with activation reserve `act`.
     fn reserve_growth(&self, g: usize, act: u64) -> u64 {
-        (act.saturating_sub(self.guest_act[g]) as f64 * self.guest_factor).ceil() as u64
+        reserve_growth(self.guest_act[g], act, self.guest_factor)
+    }
+}
+
+/// Bytes a GPU's guest reserve (`factor` times its largest guest's activation reserve,
+/// `largest`) grows by for a guest whose activation reserve is `act`.
+fn reserve_growth(largest: u64, act: u64, factor: f64) -> u64 {
+    (act.saturating_sub(largest) as f64 * factor).ceil() as u64
+}
+
+/// Books on every GPU of `gpus` the guest reserve's growth for a guest with activation
+/// reserve `act`, where each GPU's budget holds it beside `beside` bytes booked with it
+/// (a copy's weights); none where one does not.
+fn book_guest_reserve(budget: &mut [u64], guest_act: &mut [u64], gpus: &[GpuId], act: u64, factor: f64, beside: u64) {
+    let fits =
+        gpus.iter().all(|x| beside + reserve_growth(guest_act[x.0 as usize], act, factor) <= budget[x.0 as usize]);
+    if fits {
+        for x in gpus.iter().map(|x| x.0 as usize) {
+            budget[x] -= reserve_growth(guest_act[x], act, factor);
+            guest_act[x] = guest_act[x].max(act);
+        }
     }
 }
 
