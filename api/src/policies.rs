@@ -21,6 +21,14 @@ pub enum Instance {
 }
 
 impl Instance {
+    /// The policy itself, for a replay that owns it (the planner's what-if).
+    pub fn into_policy(self) -> Box<dyn Policy> {
+        match self {
+            Instance::Native(p) => p,
+            Instance::Plugin { policy, .. } => policy,
+        }
+    }
+
     pub fn policy(&mut self) -> &mut dyn Policy {
         match self {
             Instance::Native(p) => p.as_mut(),

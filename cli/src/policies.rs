@@ -122,7 +122,9 @@ pub fn replay_policy(
         let bytes = std::fs::read(&path).with_context(|| format!("reading plugin {}", path.display()))?;
         let mut w = slicesched_plugin_host::WasmPolicy::new(&bytes, &PluginOptions::default())
             .with_context(|| format!("loading plugin {}", path.display()))?;
-        let r = replay_with(scenario, &mut w, opts, progress).with_context(|| format!("policy `{name}`"))?;
+        let (planned, choice) = choose_plan(scenario, name, &w, &opts)?;
+        let mut r = replay_planned(&planned, &mut w, opts, progress).with_context(|| format!("policy `{name}`"))?;
+        r.summary.plan = choice;
         if let Some(cause) = quarantine_cause(w.stats()) {
             eprintln!(
                 "WARNING: plugin `{name}` was quarantined during this replay (its decisions from then on are the \
@@ -132,7 +134,24 @@ pub fn replay_policy(
         return Ok(r);
     }
     let mut pol = by_name(name)?;
-    replay_with(scenario, pol.as_mut(), opts, progress).with_context(|| format!("policy `{name}`"))
+    let (planned, choice) = choose_plan(scenario, name, pol.as_ref(), &opts)?;
+    let mut r = replay_planned(&planned, pol.as_mut(), opts, progress).with_context(|| format!("policy `{name}`"))?;
+    r.summary.plan = choice;
+    Ok(r)
+}
+
+/// The plan `name`'s replicas ask for, chosen by the planner's what-if among its
+/// candidates where it has a choice (`slicesched_sim::choose_plan`), each replayed under
+/// a fresh instance of the policy.
+fn choose_plan(
+    scenario: &Scenario,
+    name: &str,
+    pol: &dyn Policy,
+    opts: &ReplayOptions,
+) -> Result<(Scenario, Option<slicesched_sim::PlanChoice>)> {
+    let mut make = || by_name(name).map_err(|e| format!("{e:#}"));
+    slicesched_sim::choose_plan(scenario, pol.replicas(), CostModel::default_a100(), opts, &mut make)
+        .with_context(|| format!("planning replicas for `{name}`"))
 }
 
 /// The Wasm component a policy name runs, when it runs one (see the module docs).
@@ -160,7 +179,8 @@ pub fn quarantine_cause(s: &slicesched_plugin_host::PluginStats) -> Option<Strin
     })
 }
 
-/// [`replay_policy`] with a policy already made.
+/// [`replay_policy`] with a policy already made, on the planner's first candidate plan
+/// (the what-if needs fresh instances of the policy, which only a name can make).
 pub fn replay_with(
     scenario: &Scenario,
     pol: &mut dyn Policy,
@@ -168,8 +188,19 @@ pub fn replay_with(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<ReplayResult> {
     let planned = slicesched_sim::plan(scenario, pol.replicas()).context("planning replicas")?;
+    replay_planned(&planned, pol, opts, progress)
+}
+
+/// Replays a scenario that already holds its plan's replicas and fills the wall-clock
+/// `timing` figures (measured around the replay alone).
+fn replay_planned(
+    planned: &Scenario,
+    pol: &mut dyn Policy,
+    opts: ReplayOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<ReplayResult> {
     let started = Instant::now();
-    let mut r = replay(&planned, pol, CostModel::default_a100(), opts, progress);
+    let mut r = replay(planned, pol, CostModel::default_a100(), opts, progress);
     let wall = started.elapsed().as_secs_f64();
     r.summary.timing.sim_wall_s = wall;
     r.summary.timing.op_events_per_s = r.summary.op_events as f64 / wall.max(1e-9);

@@ -33,6 +33,13 @@ pub struct Args {
     /// drained and dropped as the metered load shifts (`online`).
     #[arg(long, default_value = "static")]
     replan: slicesched_sim::Replan,
+    /// Which plan an operator-level policy runs on: `whatif` (each of the planner's
+    /// candidate plans replayed on the busiest stretch of the load, up to
+    /// two minutes, the one with the fewest violations kept; `summary.json`'s `plan`
+    /// says which and why), or one candidate fixed: `tier-first`, `serving-first`,
+    /// `serving-only` (the request-level plan, `pooled`'s).
+    #[arg(long, default_value = "whatif")]
+    plan: slicesched_sim::PlanPick,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -45,12 +52,13 @@ pub fn replay_with_progress(
     quiet: bool,
     kv_migration: slicesched_sim::KvMigration,
     replan: slicesched_sim::Replan,
+    plan: slicesched_sim::PlanPick,
 ) -> Result<ReplayResult> {
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} sim {msg}").expect("static template"),
     );
-    let opts = ReplayOptions { time_decisions: true, kv_migration, replan, ..ReplayOptions::default() };
+    let opts = ReplayOptions { time_decisions: true, kv_migration, replan, plan, ..ReplayOptions::default() };
     let result = crate::policies::replay_policy(scenario, policy, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!(
@@ -71,7 +79,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.rate_scale != 1.0 {
         scenario = scenario.with_rate_scale(a.rate_scale);
     }
-    let result = replay_with_progress(&scenario, &a.policy, a.quiet, a.kv_migration, a.replan)?;
+    let result = replay_with_progress(&scenario, &a.policy, a.quiet, a.kv_migration, a.replan, a.plan)?;
     let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
     let files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;
     let mut out = std::io::stdout().lock();

@@ -63,6 +63,11 @@ pub struct Args {
     /// `static`, `online` (as `replay --replan`).
     #[arg(long, default_value = "static")]
     replan: slicesched_sim::Replan,
+    /// Which plan an operator-level policy runs on: `whatif` (each of the planner's
+    /// candidates replayed on the busiest stretch of the load, the best kept), or one
+    /// candidate fixed: `tier-first`, `serving-first`, `serving-only` (as `replay --plan`).
+    #[arg(long, default_value = "whatif")]
+    plan: slicesched_sim::PlanPick,
     /// With --family: take a scenario's sweep from `OUT/<file stem>/sweep.json` where an
     /// earlier run (of `--family` or of `--scenario` into that folder) left one swept from
     /// the same file, for as long, with the same search and settings, for every policy
@@ -138,6 +143,7 @@ pub(crate) struct Sweeper {
     jobs: usize,
     kv_migration: slicesched_sim::KvMigration,
     replan: slicesched_sim::Replan,
+    plan: slicesched_sim::PlanPick,
 }
 
 /// SHA-256 (hex) of a scenario file's bytes, recorded in its sweep (`--resume`).
@@ -177,6 +183,7 @@ pub fn run(a: Args) -> Result<()> {
         jobs,
         kv_migration: a.kv_migration,
         replan: a.replan,
+        plan: a.plan,
     };
     let log = Log::new(a.quiet);
     if let Some(dir) = &a.family {
@@ -262,6 +269,7 @@ fn replay_point(
         stop_above_violation: stop_above,
         kv_migration: sw.kv_migration,
         replan: sw.replan,
+        plan: sw.plan,
         ..ReplayOptions::default()
     };
     let r = crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, opts, &mut |p| {
@@ -352,6 +360,7 @@ fn build_report(
         refused_share: refused,
         kv_migration: sw.kv_migration.name().into(),
         replan: sw.replan.name().into(),
+        plan: sw.plan.name().into(),
         scenario_sha256: None,
         duration_s: scenario.spec.duration_s,
         results,

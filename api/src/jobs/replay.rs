@@ -11,16 +11,23 @@ pub const DECISION_SAMPLE: u64 = 16;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Replays `scenario` under `policy`, reporting progress; the wall-clock timing figures
-/// are filled as the CLI fills them.
+/// Fresh instances of a run's policy, for the planner's what-if (`choose_plan`).
+pub type MakePolicy<'a> = dyn FnMut() -> Result<Box<dyn slicesched_policy::Policy>, String> + 'a;
+
+/// Replays `scenario` under `policy`, reporting progress, on the plan the planner's
+/// what-if chose (each candidate replayed under an instance from `make`), as the CLI
+/// does; the wall-clock timing figures are filled as the CLI fills them.
 pub fn replay_blocking(
     scenario: &Scenario,
     policy: &mut dyn slicesched_policy::Policy,
+    make: &mut MakePolicy,
     ctx: &Ctx,
     opts: ReplayOptions,
     progress: &mut dyn FnMut(f64),
 ) -> Result<ReplayResult, String> {
-    let planned = slicesched_sim::plan(scenario, policy.replicas()).map_err(|e| format!("planning replicas: {e}"))?;
+    let cost = slicesched_cost::CostModel::default_a100();
+    let (planned, choice) = slicesched_sim::choose_plan(scenario, policy.replicas(), cost, &opts, make)
+        .map_err(|e| format!("planning replicas: {e}"))?;
     let started = Instant::now();
     let opts = ReplayOptions { cancel: Some(ctx.cancel.clone()), ..opts };
     let mut r = slicesched_sim::replay(&planned, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |p| {
@@ -29,6 +36,7 @@ pub fn replay_blocking(
     let wall = started.elapsed().as_secs_f64();
     r.summary.timing.sim_wall_s = wall;
     r.summary.timing.op_events_per_s = r.summary.op_events as f64 / wall.max(1e-9);
+    r.summary.plan = choice;
     Ok(r)
 }
 
@@ -114,7 +122,9 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Err(e) => return Outcome::Failed(e),
     };
     let record = OpWindow::all(inner.config.record_max_ops as usize);
+    let (db, handle) = (inner.db.clone(), tokio::runtime::Handle::current());
     let joined = tokio::task::spawn_blocking(move || {
+        let mut make = || handle.block_on(params::instantiate(&db, &policy, false)).map(|i| i.into_policy());
         let names: Vec<String> = scenario.tenants.iter().map(|t| t.name.clone()).collect();
         let opts = ReplayOptions {
             time_decisions: true,
@@ -126,7 +136,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             replan,
             ..ReplayOptions::default()
         };
-        let r = replay_blocking(&scenario, instance.policy(), &ctx, opts, &mut |f| {
+        let r = replay_blocking(&scenario, instance.policy(), &mut make, &ctx, opts, &mut |f| {
             let _ = ctx.progress.send(f * 0.95);
         });
         (r, names, ctx, instance)

@@ -59,9 +59,12 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                         }
                         let pol = handle.block_on(crate::policies::instantiate(&db, policy));
                         let r = pol.and_then(|mut p| {
+                            let mut make =
+                                || handle.block_on(crate::policies::instantiate(&db, policy)).map(|i| i.into_policy());
                             let r = replay_blocking(
                                 &scenario.with_rate_scale(scale),
                                 p.policy(),
+                                &mut make,
                                 &ctx,
                                 ReplayOptions { kv_migration, replan, ..ReplayOptions::default() },
                                 &mut |_| {},
@@ -131,6 +134,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             refused_share: scenario.refused_share(),
             kv_migration: kv_migration.name().into(),
             replan: replan.name().into(),
+            plan: slicesched_sim::PlanPick::default().name().into(),
             scenario_sha256: None,
             duration_s: scenario.spec.duration_s,
             results,

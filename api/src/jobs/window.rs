@@ -94,7 +94,10 @@ pub(super) async fn execute(inner: &Arc<Inner>, w: Window, ctx: Ctx) -> Result<(
     let max_ops = inner.config.record_max_ops as usize;
     let window = OpWindow::once(w.from_ns as u64, w.to_ns as u64, max_ops);
     let stop = w.to_ns as u64 + DRAIN_NS;
+    let (db, handle) = (inner.db.clone(), tokio::runtime::Handle::current());
     let joined = tokio::task::spawn_blocking(move || {
+        // The what-if is deterministic: it chooses the plan the run chose.
+        let mut make = || handle.block_on(params::instantiate(&db, &policy, false)).map(|i| i.into_policy());
         let opts = ReplayOptions {
             progress_every: 1 << 16,
             record_ops: Some(window),
@@ -103,7 +106,7 @@ pub(super) async fn execute(inner: &Arc<Inner>, w: Window, ctx: Ctx) -> Result<(
             replan,
             ..ReplayOptions::default()
         };
-        let r = replay_blocking(&scenario, instance.policy(), &ctx, opts, &mut |f| {
+        let r = replay_blocking(&scenario, instance.policy(), &mut make, &ctx, opts, &mut |f| {
             let _ = ctx.progress.send(f * 0.97);
         });
         (r, ctx)

@@ -133,6 +133,7 @@ pub fn summary(
         tenants,
         gpus: Vec::new(),
         timing: Timing { sim_wall_s: wall_s, ..Timing::default() },
+        plan: None,
     }
 }
 

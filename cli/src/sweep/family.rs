@@ -59,8 +59,8 @@ fn earlier(path: &Path, digest: &str, duration_s: Option<f64>, sw: &Sweeper) -> 
             "its search (precision {}, scales {} to {}) is not this run's ({}, {} to {})",
             r.precision, r.min_scale, r.max_scale, sw.opts.precision, sw.opts.min_scale, sw.opts.max_scale
         )
-    } else if r.kv_migration != sw.kv_migration.name() || r.replan != sw.replan.name() {
-        format!("it ran with --kv-migration {} --replan {}", r.kv_migration, r.replan)
+    } else if r.kv_migration != sw.kv_migration.name() || r.replan != sw.replan.name() || r.plan != sw.plan.name() {
+        format!("it ran with --kv-migration {} --replan {} --plan {}", r.kv_migration, r.replan, r.plan)
     } else if let Some((p, t)) = missing {
         format!("it has no answer for {p} at {}% violations", 100.0 * t)
     } else {

@@ -43,7 +43,7 @@ pub enum DeploymentError {
 }
 
 /// Groups and the weights resident on them.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Deployment {
     pub groups: Vec<Group>,
     pub homes: Vec<TenantHome>,

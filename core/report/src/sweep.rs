@@ -91,6 +91,10 @@ pub struct SweepReport {
     /// Whether the planned copies stayed for the whole run (`static`) or came and went
     /// with the load (`online`: `ReplayOptions::replan`).
     pub replan: String,
+    /// Which plan an operator-level policy ran on (`--plan`: `whatif`, or one order of
+    /// the planner's); `tier-first`, the only plan there was, in files written before.
+    #[serde(default = "tier_first")]
+    pub plan: String,
     /// SHA-256 (hex) of the scenario file swept and the seconds of it replayed (None: the
     /// whole trace): what `sweep --family --resume` checks before it takes a scenario's
     /// sweep from an earlier run. Absent from files written before they were recorded.
@@ -102,6 +106,10 @@ pub struct SweepReport {
     pub ratios: Vec<SweepRatio>,
     pub points: Vec<SweepPoint>,
     pub timing: SweepTiming,
+}
+
+fn tier_first() -> String {
+    "tier-first".into()
 }
 
 /// Writes `sweep.json` and `violation_vs_rate.svg` into `dir`; returns the paths.
@@ -233,6 +241,7 @@ mod tests {
             refused_share: 0.0,
             kv_migration: "off".into(),
             replan: "static".into(),
+            plan: "whatif".into(),
             scenario_sha256: None,
             duration_s: None,
             results: vec![SweepResult {

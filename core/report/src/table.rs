@@ -29,6 +29,26 @@ pub fn summary_table(s: &Summary) -> String {
         "TTFT p50/p90/p99 {:.1}/{:.1}/{:.1} ms   TPOT p50/p90/p99 {:.2}/{:.2}/{:.2} ms",
         s.ttft_p50_ms, s.ttft_p90_ms, s.ttft_p99_ms, s.tpot_p50_ms, s.tpot_p90_ms, s.tpot_p99_ms
     );
+    if let Some(p) = &s.plan {
+        let tried: Vec<String> = p
+            .candidates
+            .iter()
+            .map(|c| {
+                let bound = if c.stopped_early { ">" } else { "" };
+                format!("{} {bound}{:.2}%", c.order.name(), 100.0 * c.violation_rate)
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "plan {} (what-if over {:.0}-{:.0} s, {} requests: {}; {:.1} s)",
+            p.chosen.name(),
+            p.window_start_s,
+            p.window_start_s + p.window_s,
+            p.window_requests,
+            tried.join(", "),
+            p.wall_s
+        );
+    }
     let _ = writeln!(
         o,
         "\n{:<14} {:<12} {:>6} {:>6} {:>5} {:>7} {:>9} {:>8} {:>9} {:>9} {:>8}",
@@ -175,6 +195,7 @@ mod tests {
             refused_share: 0.0,
             kv_migration: "off".into(),
             replan: "static".into(),
+            plan: "whatif".into(),
             scenario_sha256: None,
             duration_s: None,
             results: vec![result],

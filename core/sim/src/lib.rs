@@ -24,6 +24,7 @@ mod metrics;
 mod migrate;
 mod pace;
 mod place;
+mod plan_whatif;
 mod planner;
 mod probe;
 mod record;
@@ -43,9 +44,10 @@ pub use metrics::{
     GAP_BUCKETS, SERIES_BUCKET_NS,
 };
 pub use migrate::KvMigration;
+pub use plan_whatif::{choose_plan, whatif_window, PlanCandidate, PlanChoice, PlanPick, WhatIfError, WHATIF_WINDOW_S};
 pub use planner::{
-    plan, plan_with, tenant_loads, tenant_loads_with, PlannerSpec, ReplicaMode, TenantLoad, OVERFLOW_TTFTS, OWNER_BUSY,
-    RHO_FIT,
+    plan, plan_ordered, plan_with, tenant_loads, tenant_loads_with, PhaseOrder, PlannerSpec, ReplicaMode, TenantLoad,
+    OVERFLOW_TTFTS, OWNER_BUSY, RHO_FIT,
 };
 pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};

@@ -395,6 +395,10 @@ pub struct Summary {
     pub tenants: Vec<TenantStats>,
     pub gpus: Vec<GpuStats>,
     pub timing: Timing,
+    /// The plan the what-if chose among the planner's candidates, when it had a choice
+    /// (`crate::plan_whatif`; set by the caller that planned).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::PlanChoice>,
 }
 
 /// Nearest-rank quantile of unsorted values, in ms.

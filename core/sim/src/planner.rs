@@ -180,6 +180,50 @@ pub fn plan(scn: &Scenario, mode: ReplicaMode) -> Result<Scenario, ScenarioError
 
 /// [`plan`] with loads priced by `cost` (e.g. a model fitted on the user's own device).
 pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<Scenario, ScenarioError> {
+    plan_ordered(scn, mode, cost, PhaseOrder::TierFirst)
+}
+
+/// In which order an operator-level policy's plan (`ReplicaMode::Both`) hands out
+/// serving and weight-only copies. Neither order is better on every load: a 70B past
+/// saving and 24B tenants being saved ask the same weight-only copies, and nothing in
+/// the loads tells them apart (README, "A family of mixes"); the what-if
+/// (`crate::plan_whatif`) replays the candidates and keeps the best.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PhaseOrder {
+    /// Tier by tier, serving copies then weight-only ones: the overflowing tenants'
+    /// weight-only ranges come before the other tenants' serving copies.
+    TierFirst,
+    /// Every tier's serving copies before any weight-only copy.
+    ServingFirst,
+    /// Serving copies only, no weight-only copy and no guest reserve: the
+    /// request-level plan (`pooled`'s).
+    ServingOnly,
+}
+
+impl PhaseOrder {
+    pub const ALL: [PhaseOrder; 3] = [PhaseOrder::TierFirst, PhaseOrder::ServingFirst, PhaseOrder::ServingOnly];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PhaseOrder::TierFirst => "tier-first",
+            PhaseOrder::ServingFirst => "serving-first",
+            PhaseOrder::ServingOnly => "serving-only",
+        }
+    }
+}
+
+/// [`plan_with`] handing copies out in `order` (which matters for `ReplicaMode::Both`
+/// alone).
+pub fn plan_ordered(
+    scn: &Scenario,
+    mode: ReplicaMode,
+    cost: &CostModel,
+    order: PhaseOrder,
+) -> Result<Scenario, ScenarioError> {
+    if mode == ReplicaMode::Both && order == PhaseOrder::ServingOnly {
+        return plan_ordered(scn, ReplicaMode::Serving, cost, PhaseOrder::TierFirst);
+    }
     let mut out = scn.clone();
     let loads = tenant_loads_with(scn, cost);
     // A home keeps what its load holds at its peak, unless its tenant asked for a size.
@@ -254,6 +298,7 @@ pub fn plan_with(scn: &Scenario, mode: ReplicaMode, cost: &CostModel) -> Result<
     // model too large to serve beside another home), in what serving copies left.
     let phases: &[(u8, bool)] = match mode {
         ReplicaMode::Serving => &[(1, true), (2, true)],
+        ReplicaMode::Both if order == PhaseOrder::ServingFirst => &[(1, true), (2, true), (1, false), (2, false)],
         ReplicaMode::Both => &[(1, true), (1, false), (2, true), (2, false)],
         _ => &[(1, false), (2, false)],
     };

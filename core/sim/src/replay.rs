@@ -56,6 +56,10 @@ pub struct ReplayOptions {
     /// Whether the planned copies stay for the whole run or come and go with the load
     /// (`crate::copies`). Never with an executor.
     pub replan: crate::Replan,
+    /// Which of the planner's candidate plans an operator-level policy runs on, for
+    /// callers that plan through `crate::choose_plan` (the replay itself runs the plan
+    /// it is given).
+    pub plan: crate::PlanPick,
     /// A home's decode-only steps keep to half its TPOT target while another tenant
     /// uses its GPUs: its serving copy there holds requests, or its borrowed ops are
     /// there (`crate::pace`). Off: back to back, as an engine alone runs them.
@@ -83,6 +87,7 @@ impl Default for ReplayOptions {
             stop_above_violation: None,
             kv_migration: crate::KvMigration::Off,
             replan: crate::Replan::Static,
+            plan: crate::PlanPick::WhatIf,
             decode_pacing: true,
             recall_guests: true,
         }

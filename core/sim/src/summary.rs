@@ -223,6 +223,7 @@ impl Sim<'_> {
                     ..Timing::default()
                 }
             },
+            plan: None,
         }
     }
 }
