@@ -122,9 +122,11 @@ pub fn replay_policy(
         let bytes = std::fs::read(&path).with_context(|| format!("reading plugin {}", path.display()))?;
         let mut w = slicesched_plugin_host::WasmPolicy::new(&bytes, &PluginOptions::default())
             .with_context(|| format!("loading plugin {}", path.display()))?;
+        let t0 = Instant::now();
         let (planned, choice) = choose_plan(scenario, name, &w, &opts)?;
+        let whatif_s = t0.elapsed().as_secs_f64();
         let mut r = replay_planned(&planned, &mut w, opts, progress).with_context(|| format!("policy `{name}`"))?;
-        r.summary.plan = choice;
+        (r.summary.plan, r.summary.timing.plan_whatif_s) = (choice, whatif_s);
         if let Some(cause) = quarantine_cause(w.stats()) {
             eprintln!(
                 "WARNING: plugin `{name}` was quarantined during this replay (its decisions from then on are the \
@@ -134,9 +136,11 @@ pub fn replay_policy(
         return Ok(r);
     }
     let mut pol = by_name(name)?;
+    let t0 = Instant::now();
     let (planned, choice) = choose_plan(scenario, name, pol.as_ref(), &opts)?;
+    let whatif_s = t0.elapsed().as_secs_f64();
     let mut r = replay_planned(&planned, pol.as_mut(), opts, progress).with_context(|| format!("policy `{name}`"))?;
-    r.summary.plan = choice;
+    (r.summary.plan, r.summary.timing.plan_whatif_s) = (choice, whatif_s);
     Ok(r)
 }
 

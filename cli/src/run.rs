@@ -201,9 +201,15 @@ pub fn run(a: Args) -> Result<()> {
         Scenario::from_file(&a.scenario).with_context(|| format!("loading scenario {}", a.scenario.display()))?;
     let cost = cost_model(&scenario, a.cost_profile.as_deref())?;
     let mut pol = crate::policies::by_name(&a.policy)?;
-    // Loads are priced by the model the run predicts with: on a profiled device a tiny
-    // model's load is heavy where the A100's figures would call it idle.
-    let planned = slicesched_sim::plan_with(&scenario, pol.replicas(), &cost).context("planning replicas")?;
+    // Loads are priced, and the planner's candidate plans replayed (`choose_plan`), by
+    // the model the run predicts with: on a profiled device a tiny model's load is heavy
+    // where the A100's figures would call it idle.
+    let mut make = || crate::policies::by_name(&a.policy).map_err(|e| format!("{e:#}"));
+    let t0 = std::time::Instant::now();
+    let (planned, plan_choice) =
+        slicesched_sim::choose_plan(&scenario, pol.replicas(), &cost, &ReplayOptions::default(), &mut make)
+            .context("planning replicas")?;
+    let whatif_s = t0.elapsed().as_secs_f64();
     let specs: Vec<CpuDeviceSpec> =
         planned.cluster.gpus.iter().map(|g| CpuDeviceSpec { memory_bytes: g.sku.memory, cores: 1 }).collect();
     // The scenario's GPUs are the backend's devices in order: cpu:i, or the GPU of
@@ -238,6 +244,7 @@ pub fn run(a: Args) -> Result<()> {
     let wall = started.elapsed().as_secs_f64();
     result.summary.timing.sim_wall_s = wall;
     result.summary.timing.op_events_per_s = result.summary.op_events as f64 / wall.max(1e-9);
+    (result.summary.plan, result.summary.timing.plan_whatif_s) = (plan_choice, whatif_s);
 
     let names: Vec<String> = planned.tenants.iter().map(|t| t.name.clone()).collect();
     let mut files = slicesched_report::write_replay(&a.out, &result, &names).context("writing the report")?;

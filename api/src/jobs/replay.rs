@@ -26,8 +26,10 @@ pub fn replay_blocking(
     progress: &mut dyn FnMut(f64),
 ) -> Result<ReplayResult, String> {
     let cost = slicesched_cost::CostModel::default_a100();
+    let t0 = Instant::now();
     let (planned, choice) = slicesched_sim::choose_plan(scenario, policy.replicas(), cost, &opts, make)
         .map_err(|e| format!("planning replicas: {e}"))?;
+    let whatif_s = t0.elapsed().as_secs_f64();
     let started = Instant::now();
     let opts = ReplayOptions { cancel: Some(ctx.cancel.clone()), ..opts };
     let mut r = slicesched_sim::replay(&planned, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |p| {
@@ -36,7 +38,7 @@ pub fn replay_blocking(
     let wall = started.elapsed().as_secs_f64();
     r.summary.timing.sim_wall_s = wall;
     r.summary.timing.op_events_per_s = r.summary.op_events as f64 / wall.max(1e-9);
-    r.summary.plan = choice;
+    (r.summary.plan, r.summary.timing.plan_whatif_s) = (choice, whatif_s);
     Ok(r)
 }
 

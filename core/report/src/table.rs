@@ -46,7 +46,7 @@ pub fn summary_table(s: &Summary) -> String {
             p.window_start_s + p.window_s,
             p.window_requests,
             tried.join(", "),
-            p.wall_s
+            s.timing.plan_whatif_s
         );
     }
     let _ = writeln!(

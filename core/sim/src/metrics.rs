@@ -309,6 +309,8 @@ pub struct Timing {
     /// Wall time of one decision batch (policy call with its view), µs.
     pub decision_p50_us: f64,
     pub decision_p99_us: f64,
+    /// Wall time of the planner's what-if (`summary.plan`), before the replay.
+    pub plan_whatif_s: f64,
 }
 
 /// A replica the planner placed: (tenant, GPUs, layers, with KV cache).

@@ -78,8 +78,6 @@ pub struct PlanChoice {
     /// Every distinct candidate (an order giving the same plan as an earlier one is
     /// not replayed again), in the order tried.
     pub candidates: Vec<PlanCandidate>,
-    /// Wall time the what-if took.
-    pub wall_s: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +144,9 @@ fn windowed(scn: &Scenario, (start, end): (u64, u64)) -> Scenario {
 /// The plan `mode` asks for, chosen among the planner's candidates by replaying each
 /// under a fresh instance of the policy (`make_policy`) on [`whatif_window`]'s stretch
 /// of the load, with `opts`' engine settings (CPU overhead, KV migration, replanning,
-/// fast path); `opts.plan` may fix the order instead. Only an operator-level plan (`ReplicaMode::Both`) over two or more
+/// fast path); `opts.plan` may fix the order instead. Callers time it
+/// (`Timing::plan_whatif_s`): no wall clock in here, so the choice is the same on every
+/// machine. Only an operator-level plan (`ReplicaMode::Both`) over two or more
 /// tenants has candidates to choose from; otherwise the plan and no choice.
 pub fn choose_plan(
     scn: &Scenario,
@@ -173,7 +173,6 @@ pub fn choose_plan(
     if plans.len() == 1 {
         return Ok((plans.pop().expect("one plan").1, None));
     }
-    let started = std::time::Instant::now();
     let len_ns = (WHATIF_WINDOW_S * 1e9) as u64;
     let window = whatif_window(scn, cost, len_ns);
     let mut candidates = Vec::with_capacity(plans.len());
@@ -212,7 +211,6 @@ pub fn choose_plan(
         window_requests: scn.requests.iter().filter(|(_, r)| (window.0..window.1).contains(&r.arrival_ns)).count()
             as u64,
         candidates,
-        wall_s: started.elapsed().as_secs_f64(),
     };
     Ok((plans.swap_remove(chosen).1, Some(choice)))
 }
