@@ -72,6 +72,13 @@ export interface Summary {
   oom_events: number; op_events: number; gpu_busy_fraction: number;
   scheduling?: { borrowed_ops: number; recalled_ops?: number; transfers: number; transfer_gb: number; decisions: number };
   tenants: TenantStats[]; gpus: GpuStats[];
+  /** The planner's what-if, when it had candidate plans to choose from. */
+  plan?: PlanChoice;
+}
+
+export interface PlanChoice {
+  chosen: string; window_start_s: number; window_s: number; window_requests: number;
+  candidates: { order: string; violation_rate: number; stopped_early: boolean }[];
 }
 
 export interface SweepReport {

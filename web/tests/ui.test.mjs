@@ -238,6 +238,14 @@ describe('run pages show the API figures', () => {
       assert.ok(tenantRows[i].includes(pct1(t.violation_rate)), `${t.name}: ${tenantRows[i]}`);
     });
     assert.equal(await page.locator('table.gpus tbody tr').count(), s.gpus.length);
+    // The plan it ran on: the what-if's choice and every candidate's rate, or that it had none.
+    const note = await page.textContent('[data-testid=plan-note]');
+    if (s.plan) {
+      assert.equal(await page.getAttribute('[data-testid=plan-note]', 'data-plan'), s.plan.chosen);
+      for (const c of s.plan.candidates) assert.ok(note.includes(`${c.order} `), `${c.order}: ${note}`);
+    } else {
+      assert.match(note, /only candidate/);
+    }
     await page.waitForSelector('[data-testid=chart-throughput] svg path');
     // The latency histograms cover every request of the run, as GET /runs/{id}/latency counts them.
     const lat = await api(`/runs/${run.id}/latency`, fx.analystKey);

@@ -2,7 +2,7 @@
 
 import { api, qs, newestOnly } from '../api';
 import { clear, h } from '../dom';
-import { ms, num } from '../format';
+import { ms, num, pct } from '../format';
 import type { Run, Summary } from '../types';
 import { errorBox } from '../ui';
 
@@ -59,6 +59,17 @@ export function requestsTable(run: Run, s: Summary): HTMLElement {
 }
 
 /** The scheduler's figures from the summary, and its sampled decisions (paginated). */
+/** Which of the planner's candidate plans the run ran on, and the what-if that chose it:
+ * two runs of one scenario may differ in plan, not only in policy. */
+function planNote(s: Summary): HTMLElement {
+  const p = s.plan;
+  if (!p) return h('p', { 'data-testid': 'plan-note' }, 'Plan: the planner’s only candidate for this policy (no what-if needed).');
+  const tried = p.candidates.map((c) => `${c.order} ${c.stopped_early ? 'over ' : ''}${pct(c.violation_rate)}`).join(', ');
+  return h('p', { 'data-testid': 'plan-note', 'data-plan': p.chosen },
+    `Plan: ${p.chosen}, kept by a what-if that replayed each candidate plan on ${num(p.window_s)} s of the load `
+    + `(from ${num(p.window_start_s)} s, ${num(p.window_requests)} requests): ${tried} of requests violating.`);
+}
+
 export function schedulingPanel(run: Run, s: Summary): HTMLElement {
   const sc = s.scheduling;
   const body = h('div');
@@ -85,6 +96,7 @@ export function schedulingPanel(run: Run, s: Summary): HTMLElement {
   const details = h('details', { ontoggle: () => { if (details.open && !body.firstChild) void load(); } },
     h('summary', null, 'Sampled decisions'), body, pager);
   return h('div', null,
+    planNote(s),
     sc ? h('p', null, `${num(sc.decisions)} policy calls, ${num(s.op_events)} operator events; `,
       `${num(sc.borrowed_ops)} operators ran in another tenant's idle slice, with ${num(sc.transfers)} activation transfers (${num(sc.transfer_gb)} GB)`,
       sc.recalled_ops ? `; ${num(sc.recalled_ops)} more were placed there but sent back home before they started, when that GPU's owner came back.` : '.') : null,
