@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
-use slicesched_sim::{plan, ReplicaMode};
+use slicesched_sim::{plan, plan_ordered, PhaseOrder, ReplicaMode};
 
 const MODELS: &[&str] = &["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-2-13b", "mistral-small-24b"];
 
@@ -46,8 +46,15 @@ proptest! {
     ) {
         let Some(text) = text(gpus, &tenants) else { return Ok(()) };
         let base = scenario(&text);
-        for mode in [ReplicaMode::Serving, ReplicaMode::Both, ReplicaMode::Weights] {
-            let p = plan(&base, mode).expect("a scenario that loads plans");
+        // Every candidate the what-if may keep (`choose_plan`): each phase order of an
+        // operator-level plan, and the request- and weight-only plans.
+        let plans = PhaseOrder::ALL
+            .iter()
+            .map(|&o| (ReplicaMode::Both, o))
+            .chain([(ReplicaMode::Serving, PhaseOrder::TierFirst), (ReplicaMode::Weights, PhaseOrder::TierFirst)]);
+        for (mode, order) in plans {
+            let cost = slicesched_cost::CostModel::default_a100();
+            let p = plan_ordered(&base, mode, cost, order).expect("a scenario that loads plans");
             for (g, gpu) in p.cluster.gpus.iter().enumerate() {
                 let id = slicesched_hw::GpuId(g as u32);
                 let usable = gpu.sku.memory - p.unusable_bytes(gpu.sku.memory);
@@ -59,10 +66,10 @@ proptest! {
                     .map(|h| p.tenants[h.tenant.index()].activation_reserve)
                     .sum();
                 let used = p.deployment.weight_bytes_on(id) + p.kv_bytes_on(id) + acts + p.guest_reserve[g];
-                prop_assert!(used <= usable, "{mode:?}: GPU {g} plans {used} of {usable} bytes\n{text}");
+                prop_assert!(used <= usable, "{mode:?} {order:?}: GPU {g} plans {used} of {usable} bytes\n{text}");
             }
             for (i, t) in p.tenants.iter().enumerate() {
-                prop_assert!(t.kv_blocks > 0, "{mode:?}: {} has no KV cache", t.name);
+                prop_assert!(t.kv_blocks > 0, "{mode:?} {order:?}: {} has no KV cache", t.name);
                 let home = p.deployment.home(slicesched_gmg::TenantId(i as u32)).unwrap();
                 prop_assert_eq!(home.kv_blocks, t.kv_blocks);
             }
