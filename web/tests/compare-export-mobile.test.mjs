@@ -190,6 +190,7 @@ describe('plugins from the UI', () => {
     for (const b of await page.$$('[data-testid=policy-choices] input:checked')) await b.uncheck();
     await page.check('[data-testid=policy-choices] input[value=earliest]');
     await page.selectOption('select[name=replan]', 'online');
+    await page.selectOption('select[name=plan]', 'serving-first');
     await page.click('details.new-run button[type=submit]');
     let run = null;
     for (let k = 0; k < 100 && !run; k++) {
@@ -203,6 +204,7 @@ describe('plugins from the UI', () => {
     // The form's modes reach the run: recorded with its parameters, replayed with them.
     assert.equal(done.params.core.replan, 'online');
     assert.equal(done.params.core.kv_migration, 'off');
+    assert.equal(done.params.core.plan, 'serving-first');
     noErrors(page);
   });
 });

@@ -73,6 +73,11 @@ pub struct NewRun {
     /// Whether the planner's copies stay for the whole run, `static` (default), or come
     /// and go with the metered load, `online`. As `slicesched replay --replan`.
     pub replan: Option<String>,
+    /// Which of the planner's candidate plans an operator-level policy runs on: `whatif`
+    /// (default: each candidate replayed on the busiest two minutes of the load, the one
+    /// with the fewest violations kept; the summary's `plan` says which), or one fixed:
+    /// `tier-first`, `serving-first`, `serving-only`. As `slicesched replay --plan`.
+    pub plan: Option<String>,
 }
 
 #[utoipa::path(get, path = "/api/v1/runs", tag = "runs", params(RunQuery),
@@ -234,7 +239,7 @@ async fn run_params(
     policies: &[String],
     rate_scale: Option<f64>,
     targets: &Option<Vec<f64>>,
-    (kv_migration, replan): (slicesched_sim::KvMigration, slicesched_sim::Replan),
+    modes: crate::jobs::params::Modes,
 ) -> ApiResult<crate::jobs::params::RunParams> {
     use crate::jobs::params;
     let mut out = Vec::new();
@@ -251,7 +256,7 @@ async fn run_params(
         rate_scale: if targets.is_none() { Some(rate_scale.unwrap_or(1.0)) } else { None },
         violation_targets: targets.clone(),
         policies: out,
-        core: params::core_options(st.config.record_max_ops, kv_migration, replan),
+        core: params::core_options(st.config.record_max_ops, modes),
         tenants: Vec::new(),
         inputs: resolved.inputs.clone(),
     })
@@ -289,11 +294,11 @@ async fn check_policies(st: &AppState, body: &NewRun) -> ApiResult<Vec<String>> 
 }
 
 /// The replay modes a run asks for (the defaults where it names none).
-fn check_modes(body: &NewRun) -> ApiResult<(slicesched_sim::KvMigration, slicesched_sim::Replan)> {
+fn check_modes(body: &NewRun) -> ApiResult<crate::jobs::params::Modes> {
     fn mode<T: std::str::FromStr<Err = String> + Default>(field: &str, v: &Option<String>) -> ApiResult<T> {
         v.as_deref().map_or(Ok(T::default()), |m| m.parse().map_err(|e| ApiError::invalid(field, e)))
     }
-    Ok((mode("kv_migration", &body.kv_migration)?, mode("replan", &body.replan)?))
+    Ok((mode("kv_migration", &body.kv_migration)?, mode("replan", &body.replan)?, mode("plan", &body.plan)?))
 }
 
 fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {

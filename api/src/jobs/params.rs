@@ -57,7 +57,15 @@ pub struct CoreOptions {
     /// with the load (`online`: `ReplayOptions::replan`; `static` for runs stored before).
     #[serde(default = "static_replan")]
     pub replan: String,
+    /// Which of the planner's candidate plans an operator-level policy ran on: `whatif`
+    /// (`ReplayOptions::plan`; `tier-first`, the only plan there was, for runs stored
+    /// before), so a window re-recorded later replays the run's own plan.
+    #[serde(default = "tier_first")]
+    pub plan: String,
 }
+
+/// A run's KV migration, replanning and plan choice (`CoreOptions::modes`).
+pub type Modes = (slicesched_sim::KvMigration, slicesched_sim::Replan, slicesched_sim::PlanPick);
 
 /// The core's defaults by the names it parses, for runs stored before the modes were.
 fn off() -> String {
@@ -68,10 +76,14 @@ fn static_replan() -> String {
     slicesched_sim::Replan::default().name().into()
 }
 
+fn tier_first() -> String {
+    slicesched_sim::PlanPick::Fixed(slicesched_sim::PhaseOrder::TierFirst).name().into()
+}
+
 impl CoreOptions {
     /// The replay options these stand for (the rest as every API replay has them).
-    pub fn modes(&self) -> Result<(slicesched_sim::KvMigration, slicesched_sim::Replan), String> {
-        Ok((self.kv_migration.parse()?, self.replan.parse()?))
+    pub fn modes(&self) -> Result<Modes, String> {
+        Ok((self.kv_migration.parse()?, self.replan.parse()?, self.plan.parse()?))
     }
 }
 
@@ -156,11 +168,7 @@ pub fn sha256_hex(text: &str) -> String {
 
 /// The options every API replay uses (the job builds its `ReplayOptions` from the same),
 /// with the modes a run asked for.
-pub fn core_options(
-    record_max_ops: u64,
-    kv_migration: slicesched_sim::KvMigration,
-    replan: slicesched_sim::Replan,
-) -> CoreOptions {
+pub fn core_options(record_max_ops: u64, (kv_migration, replan, plan): Modes) -> CoreOptions {
     let cpu = slicesched_cost::CpuOverhead::default_a100();
     let plugin = slicesched_plugin_host::PluginOptions::default();
     CoreOptions {
@@ -175,6 +183,7 @@ pub fn core_options(
         decision_sample_every: DECISION_SAMPLE,
         kv_migration: kv_migration.name().into(),
         replan: replan.name().into(),
+        plan: plan.name().into(),
     }
 }
 

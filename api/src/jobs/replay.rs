@@ -60,7 +60,15 @@ pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) ->
         rate_scale: spec.rate_scale,
         violation_targets: spec.violation_targets.clone(),
         policies,
-        core: params::core_options(inner.config.record_max_ops, Default::default(), Default::default()),
+        // Queued before runs recorded their parameters: the core's defaults then.
+        core: params::core_options(
+            inner.config.record_max_ops,
+            (
+                Default::default(),
+                Default::default(),
+                slicesched_sim::PlanPick::Fixed(slicesched_sim::PhaseOrder::TierFirst),
+            ),
+        ),
         tenants: Vec::new(),
         inputs: Vec::new(),
     })
@@ -93,7 +101,7 @@ pub(super) async fn start(
     inner: &Inner,
     spec: &crate::db::runs::RunSpec,
     params: &mut params::RunParams,
-) -> Result<(Scenario, slicesched_sim::KvMigration, slicesched_sim::Replan), String> {
+) -> Result<(Scenario, params::Modes), String> {
     let scenario = load_scenario(inner, spec).await?;
     params.seed = scenario.spec.seed;
     params.tenants = params::attribute(&inner.db, &params::scenario_slas(&scenario), &requested_tenants(spec)).await?;
@@ -101,8 +109,7 @@ pub(super) async fn start(
         .await
         .map_err(|e| format!("recording the run's parameters: {e}"))?;
     let scenario = params::apply(scenario, &params.tenants);
-    let (kv_migration, replan) = params.core.modes()?;
-    Ok((scenario, kv_migration, replan))
+    Ok((scenario, params.core.modes()?))
 }
 
 pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx: Ctx) -> Outcome {
@@ -113,7 +120,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
     let Some(policy) = params.policies.first().cloned() else {
         return Outcome::Failed("a replay needs one policy".into());
     };
-    let (scenario, kv_migration, replan) = match start(inner, spec, &mut params).await {
+    let (scenario, (kv_migration, replan, plan)) = match start(inner, spec, &mut params).await {
         Ok(s) => s,
         Err(e) => return Outcome::Failed(e),
     };
@@ -136,6 +143,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             sample_decisions_every: DECISION_SAMPLE,
             kv_migration,
             replan,
+            plan,
             ..ReplayOptions::default()
         };
         let r = replay_blocking(&scenario, instance.policy(), &mut make, &ctx, opts, &mut |f| {

@@ -28,7 +28,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Ok(p) => p,
         Err(e) => return Outcome::Failed(e),
     };
-    let (scenario, kv_migration, replan) = match super::replay::start(inner, spec, &mut params).await {
+    let (scenario, (kv_migration, replan, plan)) = match super::replay::start(inner, spec, &mut params).await {
         Ok(s) => s,
         Err(e) => return Outcome::Failed(e),
     };
@@ -66,7 +66,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                                 p.policy(),
                                 &mut make,
                                 &ctx,
-                                ReplayOptions { kv_migration, replan, ..ReplayOptions::default() },
+                                ReplayOptions { kv_migration, replan, plan, ..ReplayOptions::default() },
                                 &mut |_| {},
                             );
                             if let Some((plugin, q)) = p.quarantined() {
@@ -134,7 +134,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             refused_share: scenario.refused_share(),
             kv_migration: kv_migration.name().into(),
             replan: replan.name().into(),
-            plan: slicesched_sim::PlanPick::default().name().into(),
+            plan: plan.name().into(),
             scenario_sha256: None,
             duration_s: scenario.spec.duration_s,
             results,

@@ -88,7 +88,7 @@ pub(super) async fn execute(inner: &Arc<Inner>, w: Window, ctx: Ctx) -> Result<(
         .ok_or("this run stored no parameters (it predates them), so it cannot be replayed exactly")?;
     let policy = p.policies.first().cloned().ok_or("the run names no policy")?;
     // The window replays what the run replayed, modes included.
-    let (kv_migration, replan) = p.core.modes()?;
+    let (kv_migration, replan, plan) = p.core.modes()?;
     let scenario = params::apply(load_scenario(inner, &spec).await?, &p.tenants);
     let mut instance = params::instantiate(&inner.db, &policy, false).await?;
     let max_ops = inner.config.record_max_ops as usize;
@@ -104,6 +104,7 @@ pub(super) async fn execute(inner: &Arc<Inner>, w: Window, ctx: Ctx) -> Result<(
             stop_after_ns: Some(stop),
             kv_migration,
             replan,
+            plan,
             ..ReplayOptions::default()
         };
         let r = replay_blocking(&scenario, instance.policy(), &mut make, &ctx, opts, &mut |f| {

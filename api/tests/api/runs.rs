@@ -343,13 +343,16 @@ async fn a_restart_in_the_middle_of_a_run_marks_it_interrupted(pool: PgPool) {
 #[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
 async fn a_run_replays_with_the_modes_it_asked_for_and_records_them(pool: PgPool) {
     let app = slicesched_api::app(state(pool.clone()).await);
-    let body =
-        json!({ "kind": "replay", "scenario": "smoke", "policy": "slice", "kv_migration": "load", "replan": "online" });
+    let body = json!({ "kind": "replay", "scenario": "smoke", "policy": "slice", "kv_migration": "load",
+                       "replan": "online", "plan": "serving-only" });
     let id = start(&app, body).await;
     let run = wait_run(&app, &id, finished).await;
     assert_eq!(run["status"], "succeeded", "{run}");
     assert_eq!(run["params"]["core"]["kv_migration"], "load");
     assert_eq!(run["params"]["core"]["replan"], "online");
+    // A plan fixed by the request: no what-if, so the summary names none.
+    assert_eq!(run["params"]["core"]["plan"], "serving-only");
+    assert!(run["summary"].get("plan").is_none(), "{}", run["summary"]["plan"]);
     assert_eq!(run["summary"]["scheduling"]["replan"], "online", "{}", run["summary"]["scheduling"]);
     // Unasked, a run records the defaults.
     let plain = start(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "slice" })).await;
@@ -359,8 +362,21 @@ async fn a_run_replays_with_the_modes_it_asked_for_and_records_them(pool: PgPool
         (Some("off"), Some("static"))
     );
     assert_eq!(plain["summary"]["scheduling"]["replan"], "static");
+    // The plan: the what-if's, and where it had candidates, the kept one is the best of them.
+    assert_eq!(plain["params"]["core"]["plan"], "whatif");
+    if let Some(p) = plain["summary"].get("plan") {
+        let rates: Vec<f64> =
+            p["candidates"].as_array().unwrap().iter().map(|c| c["violation_rate"].as_f64().unwrap()).collect();
+        let kept = p["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["order"] == p["chosen"])
+            .expect("kept is a candidate");
+        assert!(rates.iter().all(|&r| r >= kept["violation_rate"].as_f64().unwrap()), "{p}");
+    }
     // A mode the core does not know is refused, naming the field and the modes it knows.
-    for (field, bad) in [("kv_migration", "sometimes"), ("replan", "weekly")] {
+    for (field, bad) in [("kv_migration", "sometimes"), ("replan", "weekly"), ("plan", "best")] {
         let mut b = json!({ "kind": "replay", "scenario": "smoke", "policy": "slice" });
         b[field] = json!(bad);
         let (s, v) = post(&app, "/api/v1/runs", ADMIN, b).await;

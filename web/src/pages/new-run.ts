@@ -22,6 +22,8 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
     option('memory', 'memory: when a queue waits for KV'), option('load', 'load: also to shed an instance behind'));
   const replan = h('select', { name: 'replan' }, option('static', 'static (default)'),
     option('online', 'online: copies come and go with the load'));
+  const plan = h('select', { name: 'plan' }, option('whatif', 'whatif (default): the candidate a replay finds best'),
+    option('tier-first', 'tier-first'), option('serving-first', 'serving-first'), option('serving-only', 'serving-only: pooled’s plan'));
   const msg = h('p', { class: 'form-error', role: 'alert' });
   const form = h('form', { onsubmit: async (e: Event) => {
     e.preventDefault();
@@ -34,6 +36,7 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
     if (rate.value) body.rate_scale = Number(rate.value);
     if (kvMigration.value !== 'off') body.kv_migration = kvMigration.value;
     if (replan.value !== 'static') body.replan = replan.value;
+    if (plan.value !== 'whatif') body.plan = plan.value;
     if (kind.value === 'sweep' && targets.value.trim()) {
       body.violation_targets = targets.value.split(',').map((t) => Number(t.trim()));
     }
@@ -53,6 +56,7 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
   h('label', null, 'Violation targets (sweep)', targets),
   h('label', null, 'KV migration', kvMigration),
   h('label', null, 'Copies', replan),
+  h('label', null, 'Plan', plan),
   msg,
   h('button', { class: 'btn btn-primary', type: 'submit' }, 'Start'));
   details.append(h('summary', { class: 'btn btn-primary' }, 'New run'), form);
