@@ -283,7 +283,8 @@ fn replay_point(
         prompt_tokens_per_s: s.prompt_tokens_per_s,
         output_tokens_per_s: s.output_tokens_per_s,
         oom_events: s.oom_events,
-        wall_s: s.timing.sim_wall_s,
+        // The point's cost: the planner's what-if and the replay.
+        wall_s: s.timing.sim_wall_s + s.timing.plan_whatif_s,
     })
 }
 
