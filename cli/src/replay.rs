@@ -59,6 +59,9 @@ pub fn replay_with_progress(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} sim {msg}").expect("static template"),
     );
     let opts = ReplayOptions { time_decisions: true, kv_migration, replan, plan, ..ReplayOptions::default() };
+    // The planner's what-if replays its candidate plans first (seconds to a minute).
+    bar.set_message("planning: replaying the candidate plans on the busiest two minutes of the load");
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
     let result = crate::policies::replay_policy(scenario, policy, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!(
