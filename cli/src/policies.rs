@@ -122,11 +122,7 @@ pub fn replay_policy(
         let bytes = std::fs::read(&path).with_context(|| format!("reading plugin {}", path.display()))?;
         let mut w = slicesched_plugin_host::WasmPolicy::new(&bytes, &PluginOptions::default())
             .with_context(|| format!("loading plugin {}", path.display()))?;
-        let t0 = Instant::now();
-        let (planned, choice) = choose_plan(scenario, name, &w, &opts)?;
-        let whatif_s = t0.elapsed().as_secs_f64();
-        let mut r = replay_planned(&planned, &mut w, opts, progress).with_context(|| format!("policy `{name}`"))?;
-        (r.summary.plan, r.summary.timing.plan_whatif_s) = (choice, whatif_s);
+        let r = replay_named(scenario, name, &mut w, opts, progress)?;
         if let Some(cause) = quarantine_cause(w.stats()) {
             eprintln!(
                 "WARNING: plugin `{name}` was quarantined during this replay (its decisions from then on are the \
@@ -136,26 +132,29 @@ pub fn replay_policy(
         return Ok(r);
     }
     let mut pol = by_name(name)?;
-    let t0 = Instant::now();
-    let (planned, choice) = choose_plan(scenario, name, pol.as_ref(), &opts)?;
-    let whatif_s = t0.elapsed().as_secs_f64();
-    let mut r = replay_planned(&planned, pol.as_mut(), opts, progress).with_context(|| format!("policy `{name}`"))?;
-    (r.summary.plan, r.summary.timing.plan_whatif_s) = (choice, whatif_s);
-    Ok(r)
+    replay_named(scenario, name, pol.as_mut(), opts, progress)
 }
 
-/// The plan `name`'s replicas ask for, chosen by the planner's what-if among its
-/// candidates where it has a choice (`slicesched_sim::choose_plan`), each replayed under
-/// a fresh instance of the policy.
-fn choose_plan(
+/// Replays `pol` (the policy `name` names) on the plan the planner's what-if chose among
+/// its candidates, where it has a choice (`slicesched_sim::choose_plan`), each candidate
+/// replayed under a fresh instance made from the name; the what-if's wall time goes to
+/// `timing.plan_whatif_s`.
+fn replay_named(
     scenario: &Scenario,
     name: &str,
-    pol: &dyn Policy,
-    opts: &ReplayOptions,
-) -> Result<(Scenario, Option<slicesched_sim::PlanChoice>)> {
+    pol: &mut dyn Policy,
+    opts: ReplayOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<ReplayResult> {
     let mut make = || by_name(name).map_err(|e| format!("{e:#}"));
-    slicesched_sim::choose_plan(scenario, pol.replicas(), CostModel::default_a100(), opts, &mut make)
-        .with_context(|| format!("planning replicas for `{name}`"))
+    let started = Instant::now();
+    let (planned, choice) =
+        slicesched_sim::choose_plan(scenario, pol.replicas(), CostModel::default_a100(), &opts, &mut make)
+            .with_context(|| format!("planning replicas for `{name}`"))?;
+    let whatif_s = started.elapsed().as_secs_f64();
+    let mut r = replay_planned(&planned, pol, opts, progress).with_context(|| format!("policy `{name}`"))?;
+    (r.summary.plan, r.summary.timing.plan_whatif_s) = (choice, whatif_s);
+    Ok(r)
 }
 
 /// The Wasm component a policy name runs, when it runs one (see the module docs).

@@ -77,7 +77,7 @@ fn static_replan() -> String {
 }
 
 fn tier_first() -> String {
-    slicesched_sim::PlanPick::Fixed(slicesched_sim::PhaseOrder::TierFirst).name().into()
+    slicesched_sim::PlanPick::BEFORE_WHATIF.name().into()
 }
 
 impl CoreOptions {

@@ -63,11 +63,7 @@ pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) ->
         // Queued before runs recorded their parameters: the core's defaults then.
         core: params::core_options(
             inner.config.record_max_ops,
-            (
-                Default::default(),
-                Default::default(),
-                slicesched_sim::PlanPick::Fixed(slicesched_sim::PhaseOrder::TierFirst),
-            ),
+            (Default::default(), Default::default(), slicesched_sim::PlanPick::BEFORE_WHATIF),
         ),
         tenants: Vec::new(),
         inputs: Vec::new(),

@@ -109,7 +109,7 @@ pub struct SweepReport {
 }
 
 fn tier_first() -> String {
-    "tier-first".into()
+    slicesched_sim::PlanPick::BEFORE_WHATIF.name().into()
 }
 
 /// Writes `sweep.json` and `violation_vs_rate.svg` into `dir`; returns the paths.

@@ -46,8 +46,8 @@ pub use metrics::{
 pub use migrate::KvMigration;
 pub use plan_whatif::{choose_plan, whatif_window, PlanCandidate, PlanChoice, PlanPick, WhatIfError, WHATIF_WINDOW_S};
 pub use planner::{
-    plan, plan_ordered, plan_with, tenant_loads, tenant_loads_with, PhaseOrder, PlannerSpec, ReplicaMode, TenantLoad,
-    OVERFLOW_TTFTS, OWNER_BUSY, RHO_FIT,
+    plan, plan_for_loads, plan_ordered, plan_with, tenant_loads, tenant_loads_with, PhaseOrder, PlannerSpec,
+    ReplicaMode, TenantLoad, OVERFLOW_TTFTS, OWNER_BUSY, RHO_FIT,
 };
 pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};

@@ -11,7 +11,7 @@
 //! candidate on a tie). Deterministic like the replay itself.
 
 use crate::load::window_rates;
-use crate::planner::{plan_ordered, service_cost, PhaseOrder, ReplicaMode, RHO_FIT};
+use crate::planner::{plan_for_loads, plan_ordered, service_cost, tenant_loads_with, PhaseOrder, ReplicaMode, RHO_FIT};
 use crate::replay::{replay, ReplayOptions};
 use crate::scenario::{Scenario, ScenarioError};
 use serde::{Deserialize, Serialize};
@@ -35,6 +35,10 @@ pub enum PlanPick {
 }
 
 impl PlanPick {
+    /// The only plan there was before the what-if: what records written before it
+    /// (`sweep.json`, an API run's parameters) ran on.
+    pub const BEFORE_WHATIF: PlanPick = PlanPick::Fixed(PhaseOrder::TierFirst);
+
     /// The name `--plan` takes.
     pub fn name(self) -> &'static str {
         match self {
@@ -131,14 +135,10 @@ pub fn whatif_window(scn: &Scenario, cost: &CostModel, len_ns: u64) -> (u64, u64
     (start, start + len_ns)
 }
 
-/// `scn` with only the requests arriving in `[start, end)`, shifted to start at 0.
-fn windowed(scn: &Scenario, (start, end): (u64, u64)) -> Scenario {
-    let mut s = scn.clone();
-    s.requests.retain(|(_, r)| (start..end).contains(&r.arrival_ns));
-    for (_, r) in &mut s.requests {
-        r.arrival_ns -= start;
-    }
-    s
+/// `scn`'s requests arriving in `[start, end)`, shifted to start at 0.
+fn windowed(scn: &Scenario, (start, end): (u64, u64)) -> Vec<(u32, slicesched_trace::Request)> {
+    let arriving = scn.requests.iter().filter(|(_, r)| (start..end).contains(&r.arrival_ns));
+    arriving.map(|(t, r)| (*t, slicesched_trace::Request { arrival_ns: r.arrival_ns - start, ..r.clone() })).collect()
 }
 
 /// The plan `mode` asks for, chosen among the planner's candidates by replaying each
@@ -158,13 +158,15 @@ pub fn choose_plan(
     if let PlanPick::Fixed(order) = opts.plan {
         return Ok((plan_ordered(scn, mode, cost, order)?, None));
     }
-    let first = plan_ordered(scn, mode, cost, PhaseOrder::TierFirst)?;
+    // The candidates differ in order alone: the trace is metered once for all of them.
+    let loads = tenant_loads_with(scn, cost);
+    let first = plan_for_loads(scn, mode, &loads, PhaseOrder::TierFirst)?;
     if mode != ReplicaMode::Both || scn.tenants.len() < 2 {
         return Ok((first, None));
     }
     let mut plans = vec![(PhaseOrder::TierFirst, first)];
     for order in &PhaseOrder::ALL[1..] {
-        let p = plan_ordered(scn, mode, cost, *order)?;
+        let p = plan_for_loads(scn, mode, &loads, *order)?;
         let same = |q: &Scenario| q.deployment == p.deployment && q.guest_reserve == p.guest_reserve;
         if !plans.iter().any(|(_, q)| same(q)) {
             plans.push((*order, p));
@@ -175,10 +177,13 @@ pub fn choose_plan(
     }
     let len_ns = (WHATIF_WINDOW_S * 1e9) as u64;
     let window = whatif_window(scn, cost, len_ns);
+    // Each candidate replays the window's requests in place of the trace's (the plans
+    // carry every request; swapped in and back rather than cloning each plan).
+    let mut trial_requests = windowed(scn, window);
+    let window_requests = trial_requests.len() as u64;
     let mut candidates = Vec::with_capacity(plans.len());
     let mut best: Option<(usize, f64)> = None;
-    for (i, (order, plan)) in plans.iter().enumerate() {
-        let trial = windowed(plan, window);
+    for (i, (order, plan)) in plans.iter_mut().enumerate() {
         let mut policy = make_policy().map_err(WhatIfError::Policy)?;
         let o = ReplayOptions {
             progress_every: u64::MAX,
@@ -192,7 +197,9 @@ pub fn choose_plan(
             stop_above_violation: best.map(|(_, v)| v),
             ..opts.clone()
         };
-        let r = replay(&trial, policy.as_mut(), cost, o, &mut |_| {});
+        std::mem::swap(&mut plan.requests, &mut trial_requests);
+        let r = replay(plan, policy.as_mut(), cost, o, &mut |_| {});
+        std::mem::swap(&mut plan.requests, &mut trial_requests);
         let v = r.violation_at_stop.unwrap_or(r.summary.violation_rate);
         candidates.push(PlanCandidate {
             order: *order,
@@ -208,8 +215,7 @@ pub fn choose_plan(
         chosen: plans[chosen].0,
         window_start_s: window.0 as f64 / 1e9,
         window_s: (window.1 - window.0) as f64 / 1e9,
-        window_requests: scn.requests.iter().filter(|(_, r)| (window.0..window.1).contains(&r.arrival_ns)).count()
-            as u64,
+        window_requests,
         candidates,
     };
     Ok((plans.swap_remove(chosen).1, Some(choice)))

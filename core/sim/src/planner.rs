@@ -221,13 +221,24 @@ pub fn plan_ordered(
     cost: &CostModel,
     order: PhaseOrder,
 ) -> Result<Scenario, ScenarioError> {
+    plan_for_loads(scn, mode, &tenant_loads_with(scn, cost), order)
+}
+
+/// [`plan_ordered`] for loads already metered ([`tenant_loads_with`]: the plan depends on
+/// the cost model only through them), so that the what-if's candidates meter the trace
+/// once between them.
+pub fn plan_for_loads(
+    scn: &Scenario,
+    mode: ReplicaMode,
+    loads: &[TenantLoad],
+    order: PhaseOrder,
+) -> Result<Scenario, ScenarioError> {
     if mode == ReplicaMode::Both && order == PhaseOrder::ServingOnly {
-        return plan_ordered(scn, ReplicaMode::Serving, cost, PhaseOrder::TierFirst);
+        return plan_for_loads(scn, ReplicaMode::Serving, loads, PhaseOrder::TierFirst);
     }
     let mut out = scn.clone();
-    let loads = tenant_loads_with(scn, cost);
     // A home keeps what its load holds at its peak, unless its tenant asked for a size.
-    for (t, l) in out.tenants.iter_mut().zip(&loads) {
+    for (t, l) in out.tenants.iter_mut().zip(loads) {
         t.keep_kv_tokens = t.kv_request.unwrap_or(l.kv_tokens);
     }
     if mode == ReplicaMode::None || scn.tenants.len() < 2 {
@@ -255,7 +266,7 @@ pub fn plan_ordered(
     // tenant's copy, 95k-token prompts, on a bursty owner's GPU).
     let mut owner_rho = vec![0f64; n];
     let mut owner_bursts = vec![false; n];
-    for (t, l) in scn.tenants.iter().zip(&loads) {
+    for (t, l) in scn.tenants.iter().zip(loads) {
         for g in &t.gpus {
             owner_rho[g.0 as usize] += l.gpu_mean;
             owner_bursts[g.0 as usize] |= l.overflows();
@@ -266,7 +277,7 @@ pub fn plan_ordered(
     let wanted: Vec<f64> = out
         .tenants
         .iter()
-        .zip(&loads)
+        .zip(loads)
         .map(|(t, l)| capacity_wanted(l, t.kv_blocks as u64 * t.engine.block_size as u64))
         .collect();
     // Tier 1: the tenants whose bursts overflow their home (or whose KV does not fit
@@ -274,7 +285,7 @@ pub fn plan_ordered(
     let tier: Vec<u8> = out
         .tenants
         .iter()
-        .zip(&loads)
+        .zip(loads)
         .map(|(t, l)| {
             let kv_short = l.kv_tokens > t.kv_blocks as u64 * t.engine.block_size as u64;
             if l.overflows() || kv_short {
