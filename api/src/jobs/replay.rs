@@ -32,7 +32,7 @@ pub fn replay_blocking(
     let whatif_s = t0.elapsed().as_secs_f64();
     let started = Instant::now();
     let opts = ReplayOptions { cancel: Some(ctx.cancel.clone()), ..opts };
-    let mut r = slicesched_sim::replay(&planned, policy, slicesched_cost::CostModel::default_a100(), opts, &mut |p| {
+    let mut r = slicesched_sim::replay(&planned, policy, cost, opts, &mut |p| {
         progress(p.sim_ns.min(p.horizon_ns) as f64 / p.horizon_ns.max(1) as f64)
     });
     let wall = started.elapsed().as_secs_f64();
