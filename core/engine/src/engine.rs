@@ -240,6 +240,20 @@ impl Engine {
         (self.waiting.len(), self.running.len())
     }
 
+    /// Prompt tokens still to prefill, waiting and running requests together: what a
+    /// new request's own prefill queues behind (chunks go to the oldest first).
+    pub fn prefill_backlog(&self) -> u64 {
+        let left = |id: &SeqId| {
+            let s = &self.seqs[id.0 as usize];
+            if s.finished || !s.in_prefill() {
+                0
+            } else {
+                u64::from(s.prefill_target().max(s.prompt) - s.computed)
+            }
+        };
+        self.waiting.iter().chain(&self.running).map(left).sum()
+    }
+
     /// Blocks admission keeps free (vLLM's watermark).
     fn watermark_blocks(&self) -> u32 {
         (self.blocks_total as f64 * self.cfg.watermark) as u32
@@ -624,6 +638,29 @@ mod tests {
         assert_eq!(e.retire_ended(), 6, "an open request stays");
         run_to_end(&mut e);
         assert_eq!(e.kv_blocks_free(), 1000);
+    }
+
+    #[test]
+    fn the_prefill_backlog_counts_what_is_left_of_every_prompt() {
+        let cfg = EngineConfig { max_batched_tokens: 256, ..Default::default() };
+        let mut e = Engine::new(cfg, 1000);
+        assert_eq!(e.prefill_backlog(), 0);
+        e.add_request(600, 2);
+        e.add_request(100, 2);
+        assert_eq!(e.prefill_backlog(), 700, "both waiting");
+        // The long prompt takes the whole first chunk; the short one waits behind it.
+        let id = e.schedule().unwrap();
+        assert_eq!(e.prefill_backlog(), 700, "an executing chunk counts until it is done");
+        e.complete(id, &mut Vec::new());
+        assert_eq!(e.prefill_backlog(), 444);
+        while e.prefill_backlog() > 0 {
+            let id = e.schedule().unwrap();
+            e.complete(id, &mut Vec::new());
+        }
+        // Decoding requests have nothing left to prefill.
+        assert_eq!(e.queue_lengths(), (0, 2));
+        run_to_end(&mut e);
+        assert_eq!(e.prefill_backlog(), 0);
     }
 
     #[test]

@@ -85,6 +85,8 @@ pub fn instance(i: &InstanceView) -> sdk::Instance {
         inflight: i.inflight,
         kv_free_blocks: i.kv_free_blocks,
         kv_total_blocks: i.kv_total_blocks,
+        prefill_tokens: i.prefill_tokens,
+        batch_tokens: i.batch_tokens,
     }
 }
 

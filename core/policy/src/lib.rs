@@ -72,6 +72,11 @@ pub struct InstanceView {
     pub inflight: u32,
     pub kv_free_blocks: u32,
     pub kv_total_blocks: u32,
+    /// Prompt tokens its waiting and running requests have still to prefill: a new
+    /// request's prefill starts after these (`Engine::prefill_backlog`).
+    pub prefill_tokens: u64,
+    /// Tokens one iteration of its engine takes at most (`max_batched_tokens`).
+    pub batch_tokens: u32,
 }
 
 /// Per-tenant state a policy may weigh.

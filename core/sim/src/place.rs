@@ -166,6 +166,8 @@ impl Sim<'_> {
                 inflight: rt.inflight,
                 kv_free_blocks: rt.engine.kv_blocks_free(),
                 kv_total_blocks: rt.engine.kv_blocks_total(),
+                prefill_tokens: rt.engine.prefill_backlog(),
+                batch_tokens: rt.engine.config().max_batched_tokens,
             });
         }
     }

@@ -19,3 +19,13 @@ pub mod v2 {
 
     pub use exports::slicesched::policy::policy as wit;
 }
+
+/// `slicesched:policy@0.3.0`.
+pub mod v3 {
+    wasmtime::component::bindgen!({
+        path: "../wit/since_v0.3.0",
+        world: "plugin",
+    });
+
+    pub use exports::slicesched::policy::policy as wit;
+}

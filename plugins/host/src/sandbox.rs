@@ -3,7 +3,7 @@
 //! `host` interface of the plugin's version (`log`, and from 0.2.0 `what-if`): no
 //! WASI, no clock, no randomness, no file system.
 
-use crate::bindings::{v1, v2};
+use crate::bindings::{v1, v2, v3};
 use crate::error::Cause;
 use crate::wire::Bound;
 use sha2::{Digest, Sha256};
@@ -16,7 +16,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
 
 /// Interface versions this host loads (one `wit/since_vX.Y.Z` folder each).
-pub const SUPPORTED: &[&str] = &["0.1.0", "0.2.0"];
+pub const SUPPORTED: &[&str] = &["0.1.0", "0.2.0", "0.3.0"];
 /// The export a policy component must have, before its `@version`.
 pub const POLICY_EXPORT: &str = "slicesched:policy/policy";
 const HOST_IMPORT: &str = "slicesched:policy/host";
@@ -41,6 +41,7 @@ pub fn engine() -> &'static Engine {
 pub enum Pre {
     V1(v1::PluginPre<HostState>),
     V2(v2::PluginPre<HostState>),
+    V3(v3::PluginPre<HostState>),
 }
 
 /// A compiled policy component, pre-instantiated against the host's linker.
@@ -68,10 +69,14 @@ pub fn compile(bytes: &[u8]) -> Result<Compiled, Cause> {
         v1::Plugin::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s).map_err(not_a_policy)?;
         let pre = linker.instantiate_pre(&component).map_err(not_a_policy)?;
         Pre::V1(v1::PluginPre::new(pre).map_err(not_a_policy)?)
-    } else {
+    } else if interface_version == "0.2.0" {
         v2::Plugin::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s).map_err(not_a_policy)?;
         let pre = linker.instantiate_pre(&component).map_err(not_a_policy)?;
         Pre::V2(v2::PluginPre::new(pre).map_err(not_a_policy)?)
+    } else {
+        v3::Plugin::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s).map_err(not_a_policy)?;
+        let pre = linker.instantiate_pre(&component).map_err(not_a_policy)?;
+        Pre::V3(v3::PluginPre::new(pre).map_err(not_a_policy)?)
     };
     let compiled = Compiled { pre, sha256, interface_version };
     cache.lock().unwrap_or_else(|e| e.into_inner()).insert(sha256, compiled.clone());
@@ -216,6 +221,20 @@ impl v2::slicesched::policy::host::Host for HostState {
     }
 }
 
+impl v3::slicesched::policy::host::Host for HostState {
+    fn log(&mut self, level: v3::slicesched::policy::host::Level, message: String) {
+        self.push_log(level == v3::slicesched::policy::host::Level::Error, message);
+    }
+
+    fn what_if(
+        &mut self,
+        probes: Vec<v3::slicesched::policy::host::Probe>,
+    ) -> v3::slicesched::policy::host::WhatIfAnswer {
+        let probes = probes.iter().map(|p| sdk::Probe { op: p.op, group: p.group, priority: p.priority });
+        crate::wire::v3::what_if_answer(self.what_if(probes))
+    }
+}
+
 /// Caps a plugin's linear memory, and remembers that it tried to pass the cap (such a
 /// failure is not a `Trap`, so the flag is how the host tells it apart).
 pub struct MemoryCap {
@@ -264,6 +283,7 @@ impl Sandbox {
         let plugin = match &c.pre {
             Pre::V1(pre) => pre.instantiate(&mut store).map(|p| Bound::V1(p, Default::default())),
             Pre::V2(pre) => pre.instantiate(&mut store).map(|p| Bound::V2(p, Default::default())),
+            Pre::V3(pre) => pre.instantiate(&mut store).map(|p| Bound::V3(p, Default::default())),
         };
         let plugin = plugin.map_err(|e| classify("instantiate", e, &mut store, fuel))?;
         Ok(Self { store, plugin, fuel })

@@ -1,6 +1,6 @@
-//! Interface versions: a plugin built for 0.1.0 keeps loading and runs unchanged
-//! beside 0.2.0 ones, and 0.2.0's `what-if` answers a Wasm plugin exactly as the core
-//! answers the same policy's native build.
+//! Interface versions: plugins built for 0.1.0 and 0.2.0 keep loading and run unchanged
+//! beside 0.3.0 ones, and `what-if` answers a Wasm plugin exactly as the core answers
+//! the same policy's native build.
 
 mod common;
 
@@ -26,12 +26,45 @@ fn a_plugin_built_for_0_1_0_still_loads_and_runs_as_it_did() {
 }
 
 #[test]
+fn a_plugin_built_for_0_2_0_still_loads_asks_what_if_and_runs_as_it_did() {
+    let bytes = shipped("legacy-v0-2");
+    let info = inspect(&bytes).unwrap();
+    assert_eq!((info.name.as_str(), info.interface_version.as_str()), ("legacy-v0-2", "0.2.0"));
+    let scn = scenario("smoke", Some(30.0));
+    let mut legacy = WasmPolicy::new(&bytes, &PluginOptions::default()).unwrap();
+    let l = run(&scn, &mut legacy);
+    let s = legacy.stats();
+    assert_eq!(s.failures, 0, "{:?}", s.errors);
+    assert!(s.probes > 0, "it asks what-if before every answer: {s:?}");
+    let d = run(&scn, slicesched_policy::builtin("dedicated").unwrap().as_mut());
+    let (mut l, mut d) = (comparable(&l), comparable(&d));
+    l.as_object_mut().unwrap().remove("policy");
+    d.as_object_mut().unwrap().remove("policy");
+    assert!(d["completed"].as_u64().unwrap() > 0);
+    assert_eq!(l, d);
+}
+
+/// `slice`'s route reads 0.3.0's prefill backlog: its Wasm build must see what the
+/// native build sees, or their replays part where a long prompt holds a home.
+#[test]
+fn slice_routes_the_same_natively_and_in_the_sandbox() {
+    // A long-prompt tenant (median prompt 6,700 tokens) beside six others.
+    let scn = scenario("family/gen-09", Some(120.0));
+    let n = run(&scn, slicesched_policy::builtin("slice").unwrap().as_mut());
+    let mut wasm = WasmPolicy::new(&shipped("slice"), &PluginOptions::default()).unwrap();
+    let w = run(&scn, &mut wasm);
+    assert_eq!(wasm.stats().failures, 0, "{:?}", wasm.stats().errors);
+    assert!(n.summary.completed > 0);
+    assert_eq!(comparable(&n), comparable(&w), "`slice` native and Wasm differ");
+}
+
+#[test]
 fn shipped_plugins_implement_the_newest_interface() {
     for name in ["dedicated", "slice", "earliest"] {
         let info = inspect(&shipped(name)).unwrap();
         assert_eq!(info.interface_version, slicesched_plugin_sdk::INTERFACE_VERSION, "{name}");
     }
-    assert_eq!(slicesched_plugin_host::SUPPORTED, &["0.1.0", "0.2.0"]);
+    assert_eq!(slicesched_plugin_host::SUPPORTED, &["0.1.0", "0.2.0", "0.3.0"]);
 }
 
 /// The example policy that decides by what-if: its native and Wasm builds must see

@@ -6,7 +6,7 @@
 pub use wit_bindgen;
 
 wit_bindgen::generate!({
-    path: "../wit/since_v0.2.0",
+    path: "../wit/since_v0.3.0",
     world: "plugin",
     pub_export_macro: true,
     default_bindings_module: "slicesched_plugin_sdk::guest",
@@ -144,6 +144,8 @@ fn instance(i: wit::Instance) -> Instance {
         inflight: i.inflight,
         kv_free_blocks: i.kv_free_blocks,
         kv_total_blocks: i.kv_total_blocks,
+        prefill_tokens: i.prefill_tokens,
+        batch_tokens: i.batch_tokens,
     }
 }
 

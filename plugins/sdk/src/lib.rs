@@ -6,7 +6,7 @@
 //! - natively, as an `rlib` the core calls through its adapter (this is how the
 //!   shipped policies run when the scheduler is asked for `native:NAME`);
 //! - for `wasm32-unknown-unknown` with the `guest` feature, where [`export_policy!`]
-//!   wires the type to the exports of `plugins/wit/since_v0.2.0/policy.wit` and
+//!   wires the type to the exports of `plugins/wit/since_v0.3.0/policy.wit` and
 //!   `slicesched plugin build` turns the module into a component.
 //!
 //! The data types mirror the WIT records (the view's per-GPU figures, which cross as
@@ -52,7 +52,7 @@ pub mod alloc;
 static ALLOCATOR: alloc::SizeClasses = alloc::SizeClasses::new();
 
 /// The WIT interface version this SDK implements.
-pub const INTERFACE_VERSION: &str = "0.2.0";
+pub const INTERFACE_VERSION: &str = "0.3.0";
 
 /// A placement policy. Only [`Policy::info`] is required; each other hook defaults to
 /// what the `dedicated` baseline does, which is always safe.

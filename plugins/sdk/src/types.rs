@@ -130,6 +130,11 @@ pub struct Instance {
     pub inflight: u32,
     pub kv_free_blocks: u32,
     pub kv_total_blocks: u32,
+    /// Prompt tokens its waiting and running requests have still to prefill: its engine
+    /// gives chunks to the oldest first, so a new request's prefill starts after these.
+    pub prefill_tokens: u64,
+    /// Tokens one iteration of its engine takes at most (prefill chunks and decodes).
+    pub batch_tokens: u32,
 }
 
 /// A tenant's weights on a group.

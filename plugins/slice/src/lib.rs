@@ -55,6 +55,19 @@ const OWNER_BUSY_MAX: f64 = 0.5;
 /// Requests waiting at a tenant's home from which every copy takes new requests.
 const HOME_BACKLOG: u32 = 2;
 
+/// Iterations' worth of prefill queued at home past which a new request may go to any
+/// copy (`route`). On the 20 mixes of scenarios/family at `pooled`'s 1% and 9% points
+/// (39 replays of 300 s, mean % violating; 2.45% without the rule): ½ iteration 2.45%,
+/// 1 2.35%, 2 2.24% (16 points better, 6 worse, 17 the same), measured with a scratch
+/// switch before interface 0.3.0 and, at 2, with this code. Full-length replays at the 1%
+/// points where `slice` trailed `pooled`, without the rule → with it (`pooled` in
+/// brackets): gen-09 at 1.0 1.12 → 0.47% (0.46), gen-11 at 1.127 1.17 → 0.78 (0.96),
+/// gen-12 at 1.742 1.19 → 1.04 (0.85), gen-06 at 5.735 1.13 → 1.21 (1.11), gen-03 at
+/// 1.357 0.57 → 0.58 (0.73); gen-05 at its 9% point 1.682 9.16 → 9.01 (9.04). At 1 and 4
+/// iterations (scratch switch, without the last tie-break of `least_loaded`) those six
+/// were 0.55 / 0.53, 0.81 / 0.81, 1.05 / 0.95, 0.97 / 1.05, 0.51 / 0.55, 9.19 / 9.43.
+const BACKLOG_ITERATIONS: u64 = 2;
+
 /// How far ahead a GPU's owner must have nothing to do for its GPU to count as spare.
 const SPARE_HORIZON_NS: u64 = 20_000_000;
 
@@ -122,7 +135,13 @@ impl Policy for Slice {
         // Every copy competing always (no owner gate at all) gave 11/19 and 11/20 (1.19%,
         // 9.36%) and moe-3t 7.23%: the Mixtral tenant's requests on copies whose owners
         // come back with prefill bursts (above).
-        let every_copy = behind || home.waiting >= HOME_BACKLOG;
+        // So does a home whose prefill backlog fills its next `BACKLOG_ITERATIONS`
+        // iterations: a new request's prefill starts after every older one's (chunks go
+        // to the oldest first), and chunked prefill admits a long prompt at once, so one
+        // 100k-token prompt holds the home while nothing counts as waiting. Interface
+        // 0.3.0 shows the backlog.
+        let backlog = home.prefill_tokens >= BACKLOG_ITERATIONS * u64::from(home.batch_tokens.max(1));
+        let every_copy = behind || home.waiting >= HOME_BACKLOG || backlog;
         self.candidates.extend(
             instances
                 .iter()
@@ -260,7 +279,8 @@ fn priority(t: &Tenant, r: &ReadyOp, group: u32) -> i32 {
     slack + if r.prefill_tokens == 0 && !copys_own { 2_000_000 } else { 0 }
 }
 
-/// The instance a new request waits least on once a backlog forms: the fewest requests
+/// The instance a new request waits least on once a backlog forms: the fewest prompt
+/// tokens left to prefill (its own prefill starts after them), then the fewest requests
 /// in hand, then the least work queued on its GPUs; one nearly out of KV goes last. Home
 /// and copies run the tenant's model in the same tensor-parallel layout, so a request
 /// costs each the same. The SDK's `View::least_loaded` (what `pooled` routes by) counts
@@ -275,11 +295,17 @@ fn priority(t: &Tenant, r: &ReadyOp, group: u32) -> i32 {
 /// Ordering by requests waiting, then by when the GPUs free up, then by requests running
 /// was tried with the backlog rule of `route`: at `pooled`'s operating points of the
 /// family 11/19 and 12/20 targets met (mean 0.94% and 8.83%) against 12/19 and 13/20
-/// (1.20%, 8.69%) this way.
+/// (1.20%, 8.69%) this way. Prefill tokens first (interface 0.3.0), with the prefill
+/// backlog rule of `route` at one iteration (scratch switch, ties to the first
+/// candidate): full-length replays at the 1% points where `slice` trailed `pooled`,
+/// against the same rule with the requests-then-busy order: gen-09 at 1.0 0.68 -> 0.55%
+/// violating, gen-11 at 1.127 0.99 -> 0.81, gen-06 at 5.735 1.11 -> 0.97, gen-12 at 1.742
+/// 0.85 -> 1.05; 300-s replays at `pooled`'s 1% and 9% points mean 2.45 -> 2.35%.
 fn least_loaded(view: &View, candidates: &[Instance]) -> usize {
     let load = |i: &Instance| {
         let kv_short = i.kv_free_blocks * 8 < i.kv_total_blocks;
-        (kv_short, i.waiting + i.running, view.group_free_at(i.group).saturating_sub(view.now_ns))
+        let busy = view.group_free_at(i.group).saturating_sub(view.now_ns);
+        (kv_short, i.prefill_tokens, i.waiting + i.running, busy)
     };
     candidates.iter().enumerate().min_by_key(|(k, i)| (load(i), *k)).map_or(0, |(k, _)| k)
 }
@@ -369,6 +395,8 @@ mod tests {
             inflight: 0,
             kv_free_blocks: kv_free,
             kv_total_blocks: kv_total,
+            prefill_tokens: 0,
+            batch_tokens: 4096,
         }
     }
 
@@ -392,6 +420,32 @@ mod tests {
         assert_eq!(least_loaded(&view(), &c), 1, "both short: fewer requests wins");
         let c = [inst(0, 0, 9, 9_000, 10_000), inst(1, 1, 1, 100, 1_000)];
         assert_eq!(least_loaded(&view(), &c), 0, "the copy has under an eighth of its KV free");
+    }
+
+    #[test]
+    fn fewer_prompt_tokens_to_prefill_win_over_fewer_requests() {
+        // One 100k-token prompt at home against three short ones on the copy.
+        let mut c = [inst(0, 0, 1, 9_000, 10_000), inst(1, 1, 3, 900, 1_000)];
+        c[0].prefill_tokens = 100_000;
+        c[1].prefill_tokens = 1_500;
+        assert_eq!(least_loaded(&view(), &c), 1);
+    }
+
+    /// A home with one request, and a copy on a GPU whose owner is busy (so the owner
+    /// gate keeps it closed): a new request stays home until the home's prefill backlog
+    /// fills `BACKLOG_ITERATIONS` iterations.
+    #[test]
+    fn a_prefill_backlog_at_home_opens_copies_on_busy_owners() {
+        let mut v = view();
+        v.tenants = vec![slicesched_plugin_sdk::Tenant { home: 0, layers: 1, slack_ns: i64::MAX, tpot_target_ns: 1 }];
+        v.gpus[1].owner_need_ns = 0;
+        let mut s = Slice::default();
+        s.configure(&v).unwrap();
+        let mut c = [inst(0, 0, 1, 9_000, 10_000), inst(1, 1, 0, 900, 1_000)];
+        c[0].prefill_tokens = 8_191;
+        assert_eq!(s.route(&v, &c).unwrap(), 0, "under two iterations' tokens: home");
+        c[0].prefill_tokens = 8_192;
+        assert_eq!(s.route(&v, &c).unwrap(), 1, "two full iterations queued at home: the copy");
     }
 
     /// A one-layer tenant at home on group 0 with a copy on group 1, and one of its

@@ -4,8 +4,9 @@
 
 pub mod v1;
 pub mod v2;
+pub mod v3;
 
-use crate::bindings::{v1 as b1, v2 as b2};
+use crate::bindings::{v1 as b1, v2 as b2, v3 as b3};
 use crate::sandbox::HostState;
 use slicesched_plugin_sdk as sdk;
 use slicesched_policy::{InstanceView, ReadyOp, View};
@@ -15,6 +16,7 @@ use wasmtime::Store;
 pub enum Bound {
     V1(b1::Plugin, v1::Wire),
     V2(b2::Plugin, v2::Wire),
+    V3(b3::Plugin, v3::Wire),
 }
 
 /// A hook's result: Err, the call failed (trap, fuel, memory); Ok(Err), the plugin
@@ -26,6 +28,7 @@ impl Bound {
         match self {
             Bound::V1(p, _) => p.slicesched_policy_policy().call_describe(store).map(v1::info),
             Bound::V2(p, _) => p.slicesched_policy_policy().call_describe(store).map(v2::info),
+            Bound::V3(p, _) => p.slicesched_policy_policy().call_describe(store).map(v3::info),
         }
     }
 
@@ -35,6 +38,7 @@ impl Bound {
         match self {
             Bound::V1(p, _) => p.slicesched_policy_policy().call_configure(store, &v1::deployment(deployment)),
             Bound::V2(p, _) => p.slicesched_policy_policy().call_configure(store, &v2::deployment(view, deployment)),
+            Bound::V3(p, _) => p.slicesched_policy_policy().call_configure(store, &v3::deployment(view, deployment)),
         }
     }
 
@@ -59,6 +63,13 @@ impl Bound {
                 store.data_mut().unlend();
                 a.map(|a| a.map(|list| out.extend(list.iter().map(v2::placement))))
             }
+            Bound::V3(p, w) => {
+                w.load(view, false, ready);
+                store.data_mut().lend(view.what_if, ready);
+                let a = p.slicesched_policy_policy().call_place(&mut *store, &w.view, &w.ready);
+                store.data_mut().unlend();
+                a.map(|a| a.map(|list| out.extend(list.iter().map(v3::placement))))
+            }
         }
     }
 
@@ -72,6 +83,10 @@ impl Bound {
             Bound::V2(p, w) => {
                 w.load(view, true, &[]);
                 p.slicesched_policy_policy().call_admit(store, &w.view, v2::instance(&inst))
+            }
+            Bound::V3(p, w) => {
+                w.load(view, true, &[]);
+                p.slicesched_policy_policy().call_admit(store, &w.view, v3::instance(&inst))
             }
         }
     }
@@ -91,28 +106,20 @@ impl Bound {
                 w.instances.extend(sdk_inst.map(|i| v2::instance(&i)));
                 p.slicesched_policy_policy().call_route(store, &w.view, &w.instances)
             }
+            Bound::V3(p, w) => {
+                w.load(view, true, &[]);
+                w.instances.clear();
+                w.instances.extend(sdk_inst.map(|i| v3::instance(&i)));
+                p.slicesched_policy_policy().call_route(store, &w.view, &w.instances)
+            }
         }
     }
 }
 
 /// The conversions whose WIT types are the same in every version, for the version
-/// module `wit` names.
+/// module `wit` names (`instance` gained fields in 0.3.0: each version has its own).
 macro_rules! shared_conversions {
     () => {
-        pub fn instance(i: &sdk::Instance) -> wit::Instance {
-            wit::Instance {
-                index: i.index,
-                tenant: i.tenant,
-                group: i.group,
-                is_home: i.is_home,
-                waiting: i.waiting,
-                running: i.running,
-                inflight: i.inflight,
-                kv_free_blocks: i.kv_free_blocks,
-                kv_total_blocks: i.kv_total_blocks,
-            }
-        }
-
         pub fn placement(p: &wit::Placement) -> sdk::Placement {
             sdk::Placement { op: p.op, group: p.group, priority: p.priority }
         }
