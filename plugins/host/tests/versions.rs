@@ -12,9 +12,14 @@ fn a_plugin_built_for_0_1_0_still_loads_and_runs_as_it_did() {
     let bytes = shipped("legacy-v0-1");
     let info = inspect(&bytes).unwrap();
     assert_eq!((info.name.as_str(), info.interface_version.as_str()), ("legacy", "0.1.0"));
-    // Its rule is `dedicated`'s: the replays must agree, policy name aside.
+    replays_as_dedicated(&bytes);
+}
+
+/// Replays a legacy plugin, whose rule is `dedicated`'s, beside the native `dedicated`:
+/// the replays must agree, policy name aside. Returns what the plugin did.
+fn replays_as_dedicated(bytes: &[u8]) -> slicesched_plugin_host::PluginStats {
     let scn = scenario("smoke", Some(30.0));
-    let mut legacy = WasmPolicy::new(&bytes, &PluginOptions::default()).unwrap();
+    let mut legacy = WasmPolicy::new(bytes, &PluginOptions::default()).unwrap();
     let l = run(&scn, &mut legacy);
     assert_eq!(legacy.stats().failures, 0, "{:?}", legacy.stats().errors);
     let d = run(&scn, slicesched_policy::builtin("dedicated").unwrap().as_mut());
@@ -23,6 +28,7 @@ fn a_plugin_built_for_0_1_0_still_loads_and_runs_as_it_did() {
     d.as_object_mut().unwrap().remove("policy");
     assert!(d["completed"].as_u64().unwrap() > 0);
     assert_eq!(l, d);
+    legacy.stats().clone()
 }
 
 #[test]
@@ -30,18 +36,8 @@ fn a_plugin_built_for_0_2_0_still_loads_asks_what_if_and_runs_as_it_did() {
     let bytes = shipped("legacy-v0-2");
     let info = inspect(&bytes).unwrap();
     assert_eq!((info.name.as_str(), info.interface_version.as_str()), ("legacy-v0-2", "0.2.0"));
-    let scn = scenario("smoke", Some(30.0));
-    let mut legacy = WasmPolicy::new(&bytes, &PluginOptions::default()).unwrap();
-    let l = run(&scn, &mut legacy);
-    let s = legacy.stats();
-    assert_eq!(s.failures, 0, "{:?}", s.errors);
+    let s = replays_as_dedicated(&bytes);
     assert!(s.probes > 0, "it asks what-if before every answer: {s:?}");
-    let d = run(&scn, slicesched_policy::builtin("dedicated").unwrap().as_mut());
-    let (mut l, mut d) = (comparable(&l), comparable(&d));
-    l.as_object_mut().unwrap().remove("policy");
-    d.as_object_mut().unwrap().remove("policy");
-    assert!(d["completed"].as_u64().unwrap() > 0);
-    assert_eq!(l, d);
 }
 
 /// `slice`'s route reads 0.3.0's prefill backlog: its Wasm build must see what the

@@ -5,21 +5,7 @@ use slicesched_plugin_sdk as sdk;
 use slicesched_policy::{ReadyOp, View};
 
 super::shared_conversions!();
-
-/// An instance as 0.1.0 and 0.2.0 carry it (no prefill backlog).
-pub fn instance(i: &sdk::Instance) -> wit::Instance {
-    wit::Instance {
-        index: i.index,
-        tenant: i.tenant,
-        group: i.group,
-        is_home: i.is_home,
-        waiting: i.waiting,
-        running: i.running,
-        inflight: i.inflight,
-        kv_free_blocks: i.kv_free_blocks,
-        kv_total_blocks: i.kv_total_blocks,
-    }
-}
+super::instance_before_v0_3!();
 
 /// The 0.1.0 view and batch, refilled in place per call.
 pub struct Wire {
