@@ -44,3 +44,11 @@ fn bursty_8t_start_is_identical() {
 fn azure_code_4t_start_is_identical_under_slice() {
     same_as_native("azure-code-4t", Some(10.0), &["slice", "pooled"]);
 }
+
+/// `slice`'s route reads 0.3.0's prefill backlog: its Wasm build must see what the
+/// native build sees, or their replays part where a long prompt holds a home. A
+/// long-prompt tenant (median prompt 6,700 tokens) beside six others.
+#[test]
+fn a_long_prompt_mix_is_identical_under_slice() {
+    same_as_native("family/gen-09", Some(120.0), &["slice"]);
+}

@@ -40,20 +40,6 @@ fn a_plugin_built_for_0_2_0_still_loads_asks_what_if_and_runs_as_it_did() {
     assert!(s.probes > 0, "it asks what-if before every answer: {s:?}");
 }
 
-/// `slice`'s route reads 0.3.0's prefill backlog: its Wasm build must see what the
-/// native build sees, or their replays part where a long prompt holds a home.
-#[test]
-fn slice_routes_the_same_natively_and_in_the_sandbox() {
-    // A long-prompt tenant (median prompt 6,700 tokens) beside six others.
-    let scn = scenario("family/gen-09", Some(120.0));
-    let n = run(&scn, slicesched_policy::builtin("slice").unwrap().as_mut());
-    let mut wasm = WasmPolicy::new(&shipped("slice"), &PluginOptions::default()).unwrap();
-    let w = run(&scn, &mut wasm);
-    assert_eq!(wasm.stats().failures, 0, "{:?}", wasm.stats().errors);
-    assert!(n.summary.completed > 0);
-    assert_eq!(comparable(&n), comparable(&w), "`slice` native and Wasm differ");
-}
-
 #[test]
 fn shipped_plugins_implement_the_newest_interface() {
     for name in ["dedicated", "slice", "earliest"] {
