@@ -98,6 +98,14 @@ impl Seq {
     fn in_prefill(&self) -> bool {
         self.computed < self.prefill_target() || (self.generated == 0 && self.computed < self.prompt)
     }
+    /// Prompt tokens it has still to prefill (none once it decodes or has ended).
+    fn prefill_left(&self) -> u64 {
+        if self.finished || !self.in_prefill() {
+            0
+        } else {
+            u64::from(self.prefill_target().max(self.prompt) - self.computed)
+        }
+    }
     /// Decoding, idle, not moving nor ended: its KV may leave ([`Engine::detach`]).
     fn can_move(&self) -> bool {
         !self.inflight && !self.moving && !self.finished && !self.in_prefill() && self.generated >= 1
@@ -136,6 +144,9 @@ pub struct Engine {
     /// Free blocks lent to the activations of executing micro-batches
     /// ([`Engine::lend_blocks`]): held, so no request takes them meanwhile.
     lent: u32,
+    /// Σ `Seq::prefill_left`, kept as requests arrive, compute, are preempted and end:
+    /// policies read it at every admission decision, too often to sum the queues.
+    prefill_left: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -165,6 +176,7 @@ impl Engine {
             preempted: Vec::new(),
             kv_window: None,
             lent: 0,
+            prefill_left: 0,
         }
     }
 
@@ -243,15 +255,8 @@ impl Engine {
     /// Prompt tokens still to prefill, waiting and running requests together: what a
     /// new request's own prefill queues behind (chunks go to the oldest first).
     pub fn prefill_backlog(&self) -> u64 {
-        let left = |id: &SeqId| {
-            let s = &self.seqs[id.0 as usize];
-            if s.finished || !s.in_prefill() {
-                0
-            } else {
-                u64::from(s.prefill_target().max(s.prompt) - s.computed)
-            }
-        };
-        self.waiting.iter().chain(&self.running).map(left).sum()
+        debug_assert_eq!(self.prefill_left, self.seqs.iter().map(Seq::prefill_left).sum::<u64>());
+        self.prefill_left
     }
 
     /// Blocks admission keeps free (vLLM's watermark).
@@ -308,15 +313,18 @@ impl Engine {
             moving: false,
             moved_in: false,
         });
+        self.prefill_left += u64::from(prompt);
         self.waiting.push_back(id);
         Admission::Queued(id)
     }
 
     fn preempt(&mut self, victim: SeqId) {
         let s = &mut self.seqs[victim.0 as usize];
+        self.prefill_left -= s.prefill_left();
         self.blocks_free += s.blocks;
         s.blocks = 0;
         s.computed = 0;
+        self.prefill_left += s.prefill_left();
         s.preemptions += 1;
         self.preemptions += 1;
         self.preempted.push(victim);
@@ -337,6 +345,7 @@ impl Engine {
         if s.inflight || s.moving || s.finished {
             return false;
         }
+        self.prefill_left -= s.prefill_left();
         s.finished = true;
         self.blocks_free += s.blocks;
         s.blocks = 0;
@@ -527,6 +536,7 @@ impl Engine {
         for &(sid, work) in &b.items {
             let s = &mut self.seqs[sid.0 as usize];
             s.inflight = false;
+            let before = s.prefill_left();
             let sampled = match work {
                 Work::Prefill(c) => {
                     s.computed += c;
@@ -550,6 +560,7 @@ impl Engine {
                     events.push(SeqEvent::Finished { seq: sid });
                 }
             }
+            self.prefill_left = self.prefill_left - before + s.prefill_left();
         }
         if any_finished {
             self.running.retain(|v| !self.seqs[v.0 as usize].finished);
@@ -588,6 +599,7 @@ mod tests {
             iters += 1;
             e.complete(b, &mut ev);
             assert_eq!(e.blocks_held() + e.kv_blocks_free(), e.kv_blocks_total());
+            e.prefill_backlog(); // checks the kept sum against the queues (debug builds)
             assert!(iters < 100_000);
         }
         (iters, ev)

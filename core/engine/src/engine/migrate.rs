@@ -93,7 +93,7 @@ impl Engine {
         }
         self.blocks_free -= m.blocks;
         let id = SeqId(self.seqs.len() as u32);
-        self.seqs.push(Seq {
+        let seq = Seq {
             prompt: m.prompt,
             output: m.output,
             computed: m.computed,
@@ -104,7 +104,9 @@ impl Engine {
             inflight: false,
             moving: true,
             moved_in: true,
-        });
+        };
+        self.prefill_left += seq.prefill_left();
+        self.seqs.push(seq);
         Some(id)
     }
 
@@ -124,6 +126,7 @@ impl Engine {
     pub fn release_moved(&mut self, seq: SeqId) {
         let s = &mut self.seqs[seq.0 as usize];
         debug_assert!(s.moving && !s.finished);
+        self.prefill_left -= s.prefill_left();
         self.blocks_free += s.blocks;
         s.blocks = 0;
         s.moving = false;
@@ -155,6 +158,7 @@ mod tests {
 
     fn conserved(e: &Engine) {
         assert_eq!(e.blocks_held() + e.kv_blocks_free(), e.kv_blocks_total());
+        e.prefill_backlog(); // checks the kept sum against the queues (debug builds)
     }
 
     #[test]
