@@ -149,23 +149,62 @@ pub async fn register_shipped(state: &AppState) -> Result<(), sqlx::Error> {
     for path in files.filter(|p| shipped(p)) {
         let Ok(bytes) = std::fs::read(&path) else { continue };
         match crate::plugin_host::inspect(&bytes) {
-            Ok(info) => {
-                sqlx::query(
-                    "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, bytes, \
-                     uploaded_by) values ($1, $2, $3, $4, $5, $6, $7, 'system') on conflict do nothing",
-                )
-                .bind(Uuid::new_v4())
-                .bind(&info.name)
-                .bind(&info.version)
-                .bind(&info.interface_version)
-                .bind(&info.sha256_hex)
-                .bind(info.size_bytes as i64)
-                .bind(&bytes)
-                .execute(&state.db)
-                .await?;
-            }
+            Ok(info) => register_component(state, &info, &bytes).await?,
             Err(e) => tracing::warn!(path = %path.display(), error = %e, "shipped plugin not registered"),
         }
+    }
+    Ok(())
+}
+
+/// One shipped component, once per build. A rebuilt component keeps its crate's version
+/// (the workspace's), so a build whose bytes the database has not seen is registered as
+/// `{version}+{sha256 prefix}` (semver build metadata), the newest row of its name and so
+/// what runs naming it get; with `on conflict do nothing` alone an upgraded binary kept
+/// running the component of the first start. A policy an admin disabled stays disabled
+/// in its new build (a quarantine, the host's verdict on other bytes, does not carry
+/// over); the older rows stay as they were, for the runs that name them.
+async fn register_component(
+    state: &AppState,
+    info: &crate::plugin_host::Inspected,
+    bytes: &[u8],
+) -> Result<(), sqlx::Error> {
+    let (seen,): (bool,) = sqlx::query_as("select exists (select 1 from plugins where sha256_hex = $1)")
+        .bind(&info.sha256_hex)
+        .fetch_one(&state.db)
+        .await?;
+    if seen {
+        return Ok(());
+    }
+    let earlier: Option<(String,)> = sqlx::query_as(
+        "select state from plugins where name = $1 and uploaded_by = 'system' and not builtin \
+         order by created_at desc limit 1",
+    )
+    .bind(&info.name)
+    .fetch_optional(&state.db)
+    .await?;
+    let (version, plugin_state) = match &earlier {
+        None => (info.version.clone(), "active".to_string()),
+        Some((st,)) => (
+            format!("{}+{}", info.version, &info.sha256_hex[..12]),
+            if st == "disabled" { "disabled" } else { "active" }.to_string(),
+        ),
+    };
+    let inserted = sqlx::query(
+        "insert into plugins (id, name, version, interface_version, sha256_hex, size_bytes, bytes, \
+         uploaded_by, state) values ($1, $2, $3, $4, $5, $6, $7, 'system', $8) on conflict do nothing",
+    )
+    .bind(Uuid::new_v4())
+    .bind(&info.name)
+    .bind(&version)
+    .bind(&info.interface_version)
+    .bind(&info.sha256_hex)
+    .bind(info.size_bytes as i64)
+    .bind(bytes)
+    .bind(&plugin_state)
+    .execute(&state.db)
+    .await?;
+    if inserted.rows_affected() > 0 && earlier.is_some() {
+        tracing::info!(name = %info.name, version, state = plugin_state, "a new build of a shipped plugin registered");
     }
     Ok(())
 }

@@ -137,6 +137,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
             plan: plan.name().into(),
             scenario_sha256: None,
             duration_s: scenario.spec.duration_s,
+            seeds: Vec::new(),
             results,
             ratios,
             points: points_out,

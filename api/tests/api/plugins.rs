@@ -123,6 +123,60 @@ async fn the_shipped_components_are_registered_at_start_up(pool: PgPool) {
     assert!(!items.iter().any(|p| p["name"] == "template"), "only the shipped policies are registered");
 }
 
+/// `bytes` with one more custom section: the same component (name, version, exports)
+/// as another build of it would be, with other bytes.
+fn rebuilt(bytes: &[u8], mark: &str) -> Vec<u8> {
+    let name = b"slicesched-test-build";
+    let payload = [&[name.len() as u8][..], name, mark.as_bytes()].concat();
+    assert!(payload.len() < 128, "one LEB128 byte of size");
+    [bytes, &[0u8, payload.len() as u8][..], &payload].concat()
+}
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_new_build_of_a_shipped_component_is_what_runs_get(pool: PgPool) {
+    let dir = std::env::temp_dir().join(format!("slicesched-shipped-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = config();
+    c.plugins_dir = dir.clone();
+    let original = component("slice");
+    std::fs::write(dir.join("slice.wasm"), &original).unwrap();
+    let st = state_with(pool.clone(), c.clone()).await;
+    let app = slicesched_api::app(st);
+    let resolve = || slicesched_api::jobs::params::resolve_policy(&pool, "slice");
+    let first = resolve().await.unwrap().expect("slice resolves");
+    assert_eq!((first.kind.as_str(), first.sha256.as_str()), ("wasm", hex_sha256(&original).as_str()));
+
+    // An upgrade: same crate version, other bytes.
+    let second = rebuilt(&original, "2");
+    std::fs::write(dir.join("slice.wasm"), &second).unwrap();
+    slicesched_api::server::register_shipped(&state_with(pool.clone(), c.clone()).await).await.unwrap();
+    let now = resolve().await.unwrap().unwrap();
+    assert_eq!(now.sha256, hex_sha256(&second), "runs get the new build");
+    assert_eq!(now.version, format!("{}+{}", first.version, &now.sha256[..12]));
+    assert_ne!(now.plugin_id, first.plugin_id);
+    // Restarting on the same build adds nothing.
+    slicesched_api::server::register_shipped(&state_with(pool.clone(), c.clone()).await).await.unwrap();
+    let (_, list) = get(&app, "/api/v1/plugins", ADMIN).await;
+    let slices = list["items"].as_array().unwrap().iter().filter(|p| p["name"] == "slice").count();
+    assert_eq!(slices, 3, "the native build and two component builds: {list}");
+
+    // An admin's `disable` outlives the next build.
+    let (s, _) = post(&app, &format!("/api/v1/plugins/{}/disable", now.plugin_id), ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::OK);
+    let third = rebuilt(&original, "3");
+    std::fs::write(dir.join("slice.wasm"), &third).unwrap();
+    slicesched_api::server::register_shipped(&state_with(pool.clone(), c).await).await.unwrap();
+    let (state,): (String,) = sqlx::query_as("select state from plugins where sha256_hex = $1")
+        .bind(hex_sha256(&third))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "disabled");
+    let later = resolve().await.unwrap().unwrap();
+    assert_eq!(later.plugin_id, first.plugin_id, "the newest active build of the name: {}", later.version);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// The hostile plugin of the host's tests, built with one misbehaviour (once per target dir).
 pub(crate) fn hostile(feature: &str) -> Vec<u8> {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
