@@ -24,6 +24,11 @@ pub struct Args {
     /// --duration-s` does, so a sweep's point can be replayed alone).
     #[arg(long, value_parser = crate::args::positive)]
     duration_s: Option<f64>,
+    /// Replay another draw of the scenario: its `seed` replaced by this one (synthetic
+    /// loads are drawn again; traces read from files keep their requests, and `split`s
+    /// their own seeds). `sweep --seeds K` replays the draws `sweep::draw_seed` names.
+    #[arg(long)]
+    seed: Option<u64>,
     /// When a running request's KV may move to another instance of its tenant: `off`,
     /// `memory` (when a queue waits for KV blocks), `load` (also to shed the load of an
     /// instance that is behind).
@@ -78,7 +83,7 @@ pub fn replay_with_progress(
 
 pub fn run(a: Args) -> Result<()> {
     // `--rate-scale` and `--duration-s` are finite and positive: clap checks them (`args::positive`).
-    let mut scenario = crate::sweep::load(&a.scenario, a.duration_s)?;
+    let mut scenario = crate::sweep::load_drawn(&a.scenario, a.duration_s, a.seed)?;
     if a.rate_scale != 1.0 {
         scenario = scenario.with_rate_scale(a.rate_scale);
     }

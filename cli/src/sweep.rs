@@ -75,6 +75,13 @@ pub struct Args {
     /// stopped.
     #[arg(long)]
     resume: bool,
+    /// Draws of each scenario replayed at every scale: the file's seed and K − 1 more
+    /// (`draw_seed`); a point's violation rate is that of all their requests together.
+    /// Where a policy's violation curve is noisy (a few bursts decide a 1% target), one
+    /// draw's answer moves by several percent between neighbouring scales; K draws cost
+    /// K times the replays (and replay each draw whole: no early stop).
+    #[arg(long, default_value_t = 1, value_parser = crate::args::at_least_one::<u32>)]
+    seeds: u32,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
@@ -144,6 +151,26 @@ pub(crate) struct Sweeper {
     kv_migration: slicesched_sim::KvMigration,
     replan: slicesched_sim::Replan,
     plan: slicesched_sim::PlanPick,
+    /// Draws replayed per point (`--seeds`).
+    seeds: u32,
+}
+
+/// The seed of draw `k` of a scenario whose file says `seed` (draw 0 is the file's own).
+/// A tenant's load is drawn from the scenario's seed plus its index, so draws are a
+/// large odd stride apart: no draw's tenant shares another draw's tenant's seed.
+pub(crate) fn draw_seed(seed: u64, k: u32) -> u64 {
+    seed.wrapping_add(u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// The `seeds` draws of a scenario (`draw_seed`), the file's own first.
+pub(crate) fn load_draws(path: &std::path::Path, duration_s: Option<f64>, seeds: u32) -> Result<Vec<Scenario>> {
+    let first = load(path, duration_s)?;
+    let base = first.spec.seed;
+    let mut draws = vec![first];
+    for k in 1..seeds {
+        draws.push(load_drawn(path, duration_s, Some(draw_seed(base, k)))?);
+    }
+    Ok(draws)
 }
 
 /// SHA-256 (hex) of a scenario file's bytes, recorded in its sweep (`--resume`).
@@ -155,7 +182,16 @@ pub(crate) fn file_sha256(path: &std::path::Path) -> Result<String> {
 
 /// Loads a scenario, replaying `duration_s` seconds of it when given.
 pub(crate) fn load(path: &std::path::Path, duration_s: Option<f64>) -> Result<Scenario> {
-    Scenario::from_file_for(path, duration_s).with_context(|| format!("loading scenario {}", path.display()))
+    load_drawn(path, duration_s, None)
+}
+
+/// [`load`], with the scenario's seed replaced by `seed` where one is given.
+pub(crate) fn load_drawn(path: &std::path::Path, duration_s: Option<f64>, seed: Option<u64>) -> Result<Scenario> {
+    let what = match seed {
+        Some(s) => format!("loading scenario {} with seed {s}", path.display()),
+        None => format!("loading scenario {}", path.display()),
+    };
+    Scenario::from_file_drawn(path, duration_s, seed).with_context(|| what)
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -184,15 +220,16 @@ pub fn run(a: Args) -> Result<()> {
         kv_migration: a.kv_migration,
         replan: a.replan,
         plan: a.plan,
+        seeds: a.seeds,
     };
     let log = Log::new(a.quiet);
     if let Some(dir) = &a.family {
         return family::run(dir, a.duration_s, &a.out, a.resume, &sweeper, &log, started);
     }
     let path = a.scenario.as_ref().expect("clap requires --scenario without --family");
-    let scenario = load(path, a.duration_s)?;
+    let draws = load_draws(path, a.duration_s, a.seeds)?;
     let digest = file_sha256(path)?;
-    let mut report = sweep_scenario(&scenario, &sweeper, &log, started)?;
+    let mut report = sweep_scenario(&draws, &sweeper, &log, started)?;
     report.scenario_sha256 = Some(digest);
     let mut out = std::io::stdout().lock();
     write!(out, "{}", slicesched_report::sweep_table(&report))?;
@@ -215,10 +252,10 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// Every policy's goodput search on one scenario.
-pub(crate) fn sweep_scenario(scenario: &Scenario, sw: &Sweeper, log: &Log, started: Instant) -> Result<SweepReport> {
+/// Every policy's goodput search on one scenario (its draws, the file's own first).
+pub(crate) fn sweep_scenario(draws: &[Scenario], sw: &Sweeper, log: &Log, started: Instant) -> Result<SweepReport> {
     let mut out = None;
-    chains::sweep_all(&[chains::Job { scenario, label: None }], sw, log, started, |_, r| {
+    chains::sweep_all(&[chains::Job { draws, label: None }], sw, log, started, |_, r| {
         out = Some(r);
         Ok(())
     })?;
@@ -254,10 +291,12 @@ fn next_round(
     work
 }
 
-/// Replays one point; `stop_above`: the largest target, past which the replay stops (the
-/// point then violates every target and nothing more is needed from it).
+/// Replays one point, once per draw; `stop_above`: the largest target, past which a
+/// single draw's replay stops (the point then violates every target and nothing more is
+/// needed from it). Several draws are replayed whole: a draw's share so far says nothing
+/// of the others'.
 fn replay_point(
-    scenario: &Scenario,
+    draws: &[Scenario],
     policy: &str,
     scale: f64,
     stop_above: Option<f64>,
@@ -266,30 +305,44 @@ fn replay_point(
 ) -> Result<Measured> {
     // Each policy replays on the deployment it asks for (its replicas, if any).
     let opts = ReplayOptions {
-        stop_above_violation: stop_above,
+        stop_above_violation: if draws.len() == 1 { stop_above } else { None },
         kv_migration: sw.kv_migration,
         replan: sw.replan,
         plan: sw.plan,
         ..ReplayOptions::default()
     };
-    let r = crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, opts, &mut |p| {
-        bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
-        bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
-    })?;
-    let s = &r.summary;
-    Ok(Measured {
-        stopped_early: r.violation_at_stop.is_some(),
-        violation_rate: r.violation_at_stop.unwrap_or(s.violation_rate),
-        prompt_tokens_per_s: s.prompt_tokens_per_s,
-        output_tokens_per_s: s.output_tokens_per_s,
-        oom_events: s.oom_events,
+    let n = draws.len() as u64;
+    let (mut requests, mut violating, mut prompt, mut output, mut ooms, mut wall) = (0u64, 0.0, 0.0, 0.0, 0, 0.0);
+    let mut stopped_at = None;
+    for (k, scenario) in draws.iter().enumerate() {
+        let r = crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, opts.clone(), &mut |p| {
+            let done = k as u64 * p.horizon_ns.max(1) + p.sim_ns.min(p.horizon_ns);
+            bar.set_position(1000 * done / (n * p.horizon_ns.max(1)));
+            bar.set_message(format!("draw {}/{n}: {}/{} requests done", k + 1, p.completed, p.requests));
+        })?;
+        let s = &r.summary;
+        stopped_at = r.violation_at_stop;
+        requests += s.requests;
+        violating += s.violation_rate * s.requests as f64;
+        prompt += s.prompt_tokens_per_s;
+        output += s.output_tokens_per_s;
+        ooms += s.oom_events;
         // The point's cost: the planner's what-if and the replay.
-        wall_s: s.timing.sim_wall_s + s.timing.plan_whatif_s,
+        wall += s.timing.sim_wall_s + s.timing.plan_whatif_s;
+    }
+    let pooled = if requests > 0 { violating / requests as f64 } else { 0.0 };
+    Ok(Measured {
+        stopped_early: stopped_at.is_some(),
+        violation_rate: stopped_at.unwrap_or(pooled),
+        prompt_tokens_per_s: prompt / n as f64,
+        output_tokens_per_s: output / n as f64,
+        oom_events: ooms,
+        wall_s: wall,
     })
 }
 
 fn build_report(
-    scenario: &Scenario,
+    draws: &[Scenario],
     sw: &Sweeper,
     per_policy: &[&PolicyPoints],
     outcomes: &[Option<Outcome>],
@@ -353,6 +406,7 @@ fn build_report(
         })
         .collect();
     let replay_wall_s = points.iter().map(|p| p.wall_s).sum();
+    let scenario = &draws[0];
     SweepReport {
         scenario: scenario.spec.name.clone(),
         precision: opts.precision,
@@ -364,6 +418,7 @@ fn build_report(
         plan: sw.plan.name().into(),
         scenario_sha256: None,
         duration_s: scenario.spec.duration_s,
+        seeds: if draws.len() > 1 { draws.iter().map(|d| d.spec.seed).collect() } else { Vec::new() },
         results,
         ratios,
         points,

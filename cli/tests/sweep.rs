@@ -159,3 +159,48 @@ fn the_figures_do_not_depend_on_which_replay_finishes_first() {
     assert_eq!(one.1, two.1, "points");
     assert!(one.1.iter().any(|p| p.0 == "native:pooled") && one.1.iter().any(|p| p.0 == "dedicated"));
 }
+
+/// `--seeds K`: every point replays K draws of the scenario, the file's own seed first,
+/// and its violation rate is that of all their requests; each draw is what `replay
+/// --seed` replays.
+#[test]
+fn a_point_of_several_draws_counts_the_requests_of_every_draw() {
+    let out = tmp("draws");
+    let o = bin()
+        .args(["sweep", "--scenario", "scenarios/smoke.toml", "--policies", "dedicated", "--seeds", "2"])
+        .args(["--violation-targets", "0.05", "--precision", "0.2", "--max-scale", "8", "--jobs", "2", "--quiet"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    let seeds: Vec<u64> = v["seeds"].as_array().expect("seeds recorded").iter().map(|s| s.as_u64().unwrap()).collect();
+    assert_eq!((seeds.len(), seeds[0]), (2, 7), "the file's own seed first: {seeds:?}");
+    // The busiest point replayed: the one with the most violations.
+    let points = v["points"].as_array().unwrap();
+    let top = points
+        .iter()
+        .max_by(|a, b| a["rate_scale"].as_f64().unwrap().total_cmp(&b["rate_scale"].as_f64().unwrap()))
+        .unwrap();
+    let scale = top["rate_scale"].as_f64().unwrap();
+    let mut draws = Vec::new();
+    for (k, seed) in seeds.iter().enumerate() {
+        let dir = out.join(format!("draw-{k}"));
+        let o = bin()
+            .args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "dedicated", "--quiet"])
+            .args(["--seed", &seed.to_string(), "--rate-scale", &scale.to_string(), "--out"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+        assert_eq!(s["seed"].as_u64(), Some(*seed));
+        draws.push((s["requests"].as_f64().unwrap(), s["violation_rate"].as_f64().unwrap()));
+    }
+    assert_ne!(draws[0], draws[1], "two draws of a synthetic load differ");
+    let pooled = draws.iter().map(|(n, v)| n * v).sum::<f64>() / draws.iter().map(|d| d.0).sum::<f64>();
+    let at = top["violation_rate"].as_f64().unwrap();
+    assert!((at - pooled).abs() < 1e-9, "point {at} against the draws' requests together {pooled}");
+    assert_ne!(top["stopped_early"], true, "several draws are replayed whole");
+}

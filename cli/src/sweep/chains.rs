@@ -21,7 +21,8 @@ use std::time::Instant;
 
 /// One scenario to sweep, with the label its log lines carry (a family names it).
 pub(crate) struct Job<'a> {
-    pub scenario: &'a Scenario,
+    /// The scenario's draws (`--seeds`), the file's own first.
+    pub draws: &'a [Scenario],
     pub label: Option<String>,
 }
 
@@ -76,7 +77,7 @@ pub(crate) fn sweep_all(
 ) -> Result<()> {
     let (policies, targets) = (&sw.policies, &sw.targets);
     let mut chains: Vec<Chain> = Vec::new();
-    let floors: Vec<f64> = jobs_in.iter().map(|j| j.scenario.refused_share()).collect();
+    let floors: Vec<f64> = jobs_in.iter().map(|j| j.draws[0].refused_share()).collect();
     for (s, job) in jobs_in.iter().enumerate() {
         let label = job.label.as_ref().map_or(String::new(), |l| format!("{l} "));
         // Requests a model's context window refuses at arrival violate under every policy
@@ -146,7 +147,7 @@ pub(crate) fn sweep_all(
                     let label = job.label.as_ref().map_or(String::new(), |l| format!("{l} "));
                     bar.set_prefix(format!("{label}{} @ {:.4}", policies[p], task.scale));
                     bar.set_position(0);
-                    let r = replay_point(job.scenario, &policies[p], task.scale, stop_above, sw, &bar);
+                    let r = replay_point(job.draws, &policies[p], task.scale, stop_above, sw, &bar);
                     if let Ok(m) = &r {
                         log.note(format!(
                             "{label}{} @ {:.4}: {}{:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
@@ -188,7 +189,7 @@ pub(crate) fn sweep_all(
                 let mine: Vec<&Chain> = chains.iter().filter(|c| c.scenario == s).collect();
                 let per_policy: Vec<&PolicyPoints> = mine.iter().map(|c| &c.points).collect();
                 let outcomes: Vec<Option<Outcome>> = mine.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
-                done(s, build_report(jobs_in[s].scenario, sw, &per_policy, &outcomes, started, floors[s]))
+                done(s, build_report(jobs_in[s].draws, sw, &per_policy, &outcomes, started, floors[s]))
             };
             // Chains with nothing to replay (every target out of reach) end at once.
             let idle: Vec<usize> = chains.iter().filter(|c| c.pending == 0).map(|c| c.scenario).collect();

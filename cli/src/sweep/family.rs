@@ -7,7 +7,7 @@
 //! settings is taken from it (`earlier`).
 
 use super::chains::{sweep_all, Job};
-use super::{load, Log, Sweeper};
+use super::{load_draws, Log, Sweeper};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use slicesched_report::{FamilyEntry, FamilyReport, SweepReport, SweepTiming};
@@ -59,6 +59,8 @@ fn earlier(path: &Path, digest: &str, duration_s: Option<f64>, sw: &Sweeper) -> 
             "its search (precision {}, scales {} to {}) is not this run's ({}, {} to {})",
             r.precision, r.min_scale, r.max_scale, sw.opts.precision, sw.opts.min_scale, sw.opts.max_scale
         )
+    } else if r.seeds.len().max(1) != sw.seeds as usize {
+        format!("it replayed {} draw(s) of each point, this run {}", r.seeds.len().max(1), sw.seeds)
     } else if r.kv_migration != sw.kv_migration.name() || r.replan != sw.replan.name() || r.plan != sw.plan.name() {
         format!("it ran with --kv-migration {} --replan {} --plan {}", r.kv_migration, r.replan, r.plan)
     } else if let Some((p, t)) = missing {
@@ -95,7 +97,8 @@ pub(super) fn run(
     let files = scenario_files(dir)?;
     // Every scenario loads before the first replay: a typo in the tenth file should not
     // cost the first nine sweeps.
-    let scenarios = files.iter().map(|f| load(f, duration_s)).collect::<Result<Vec<_>>>()?;
+    let draws = files.iter().map(|f| load_draws(f, duration_s, sw.seeds)).collect::<Result<Vec<_>>>()?;
+    let scenarios: Vec<&slicesched_sim::Scenario> = draws.iter().map(|d| &d[0]).collect();
     let digests = files.iter().map(|f| super::file_sha256(f)).collect::<Result<Vec<_>>>()?;
     let stem = |i: usize| {
         files[i].file_stem().map_or_else(|| scenarios[i].spec.name.clone(), |s| s.to_string_lossy().into_owned())
@@ -129,7 +132,7 @@ pub(super) fn run(
         todo.push(i);
     }
     let jobs: Vec<Job<'_>> =
-        todo.iter().map(|&i| Job { scenario: &scenarios[i], label: Some(scenarios[i].spec.name.clone()) }).collect();
+        todo.iter().map(|&i| Job { draws: &draws[i], label: Some(scenarios[i].spec.name.clone()) }).collect();
     // Each scenario's sweep.json is written as soon as its last search ends.
     sweep_all(&jobs, sw, log, started, |k, mut report| {
         let i = todo[k];

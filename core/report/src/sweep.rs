@@ -102,6 +102,10 @@ pub struct SweepReport {
     pub scenario_sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
+    /// The seeds of the draws every point replayed (`sweep --seeds K`, K > 1), its
+    /// violation rate over all their requests; empty: one draw, the file's own seed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seeds: Vec<u64>,
     pub results: Vec<SweepResult>,
     pub ratios: Vec<SweepRatio>,
     pub points: Vec<SweepPoint>,
@@ -244,6 +248,7 @@ mod tests {
             plan: "whatif".into(),
             scenario_sha256: None,
             duration_s: None,
+            seeds: Vec::new(),
             results: vec![SweepResult {
                 policy: "dedicated".into(),
                 target: 0.09,

@@ -198,6 +198,7 @@ mod tests {
             plan: "whatif".into(),
             scenario_sha256: None,
             duration_s: None,
+            seeds: Vec::new(),
             results: vec![result],
             ratios: Vec::new(),
             points,

@@ -177,11 +177,20 @@ impl Scenario {
     /// given (`replay --duration-s`, `sweep --duration-s`): the traces, and so the loads the
     /// planner meters, are those of that stretch.
     pub fn from_file_for(path: &Path, duration_s: Option<f64>) -> Result<Self, ScenarioError> {
+        Self::from_file_drawn(path, duration_s, None)
+    }
+
+    /// [`Scenario::from_file_for`] with its `seed` replaced by `seed` where one is given
+    /// (`replay --seed`, `sweep --seeds`): another draw of the same mix. Synthetic loads
+    /// are drawn again; traces read from files keep their requests, and `split`s their
+    /// own seeds.
+    pub fn from_file_drawn(path: &Path, duration_s: Option<f64>, seed: Option<u64>) -> Result<Self, ScenarioError> {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|err| ScenarioError::Io { path: p.clone(), err })?;
         let mut spec: ScenarioSpec =
             toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p.clone(), msg: e.to_string() })?;
         spec.duration_s = duration_s.or(spec.duration_s);
+        spec.seed = seed.unwrap_or(spec.seed);
         let base = path.parent().unwrap_or(Path::new("."));
         Self::from_spec(spec, path, base)
     }
