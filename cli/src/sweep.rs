@@ -291,18 +291,32 @@ fn next_round(
     work
 }
 
-/// Replays one point, once per draw; `stop_above`: the largest target, past which a
-/// single draw's replay stops (the point then violates every target and nothing more is
-/// needed from it). Several draws are replayed whole: a draw's share so far says nothing
+/// What one draw's replay at one scale measured.
+#[derive(Debug, Clone, Copy)]
+struct Draw {
+    requests: u64,
+    violation_rate: f64,
+    /// The share known to violate when the replay stopped early (a lower bound).
+    violation_at_stop: Option<f64>,
+    prompt_tokens_per_s: f64,
+    output_tokens_per_s: f64,
+    oom_events: u64,
+    wall_s: f64,
+}
+
+/// Replays draw `draw` of a point; `stop_above`: the largest target, past which the
+/// replay stops (the point then violates every target and nothing more is needed from
+/// it). With several draws each is replayed whole: one draw's share so far says nothing
 /// of the others'.
-fn replay_point(
+fn replay_draw(
     draws: &[Scenario],
+    draw: usize,
     policy: &str,
     scale: f64,
     stop_above: Option<f64>,
     sw: &Sweeper,
     bar: &ProgressBar,
-) -> Result<Measured> {
+) -> Result<Draw> {
     // Each policy replays on the deployment it asks for (its replicas, if any).
     let opts = ReplayOptions {
         stop_above_violation: if draws.len() == 1 { stop_above } else { None },
@@ -311,34 +325,38 @@ fn replay_point(
         plan: sw.plan,
         ..ReplayOptions::default()
     };
-    let n = draws.len() as u64;
-    let (mut requests, mut violating, mut prompt, mut output, mut ooms, mut wall) = (0u64, 0.0, 0.0, 0.0, 0, 0.0);
-    let mut stopped_at = None;
-    for (k, scenario) in draws.iter().enumerate() {
-        let r = crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, opts.clone(), &mut |p| {
-            let done = k as u64 * p.horizon_ns.max(1) + p.sim_ns.min(p.horizon_ns);
-            bar.set_position(1000 * done / (n * p.horizon_ns.max(1)));
-            bar.set_message(format!("draw {}/{n}: {}/{} requests done", k + 1, p.completed, p.requests));
-        })?;
-        let s = &r.summary;
-        stopped_at = r.violation_at_stop;
-        requests += s.requests;
-        violating += s.violation_rate * s.requests as f64;
-        prompt += s.prompt_tokens_per_s;
-        output += s.output_tokens_per_s;
-        ooms += s.oom_events;
+    let r = crate::policies::replay_policy(&draws[draw].with_rate_scale(scale), policy, opts, &mut |p| {
+        bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
+        bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
+    })?;
+    let s = &r.summary;
+    Ok(Draw {
+        requests: s.requests,
+        violation_rate: s.violation_rate,
+        violation_at_stop: r.violation_at_stop,
+        prompt_tokens_per_s: s.prompt_tokens_per_s,
+        output_tokens_per_s: s.output_tokens_per_s,
+        oom_events: s.oom_events,
         // The point's cost: the planner's what-if and the replay.
-        wall += s.timing.sim_wall_s + s.timing.plan_whatif_s;
-    }
-    let pooled = if requests > 0 { violating / requests as f64 } else { 0.0 };
-    Ok(Measured {
-        stopped_early: stopped_at.is_some(),
-        violation_rate: stopped_at.unwrap_or(pooled),
-        prompt_tokens_per_s: prompt / n as f64,
-        output_tokens_per_s: output / n as f64,
-        oom_events: ooms,
-        wall_s: wall,
+        wall_s: s.timing.sim_wall_s + s.timing.plan_whatif_s,
     })
+}
+
+/// A point from its draws, in draw order (so the figures do not depend on which replay
+/// ended first): the violation rate of all their requests together, the mean throughput.
+fn combine(draws: &[Draw]) -> Measured {
+    let n = draws.len().max(1) as f64;
+    let requests: u64 = draws.iter().map(|d| d.requests).sum();
+    let violating: f64 = draws.iter().map(|d| d.violation_rate * d.requests as f64).sum();
+    let stopped_at = draws.iter().find_map(|d| d.violation_at_stop);
+    Measured {
+        stopped_early: stopped_at.is_some(),
+        violation_rate: stopped_at.unwrap_or(if requests > 0 { violating / requests as f64 } else { 0.0 }),
+        prompt_tokens_per_s: draws.iter().map(|d| d.prompt_tokens_per_s).sum::<f64>() / n,
+        output_tokens_per_s: draws.iter().map(|d| d.output_tokens_per_s).sum::<f64>() / n,
+        oom_events: draws.iter().map(|d| d.oom_events).sum(),
+        wall_s: draws.iter().map(|d| d.wall_s).sum(),
+    }
 }
 
 fn build_report(

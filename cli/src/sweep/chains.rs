@@ -9,7 +9,7 @@
 //! when the sweep starts, so which scales are replayed — and so every figure — does not
 //! depend on which replay happens to finish first.
 
-use super::{build_report, next_round, replay_point, Log, Measured, PolicyPoints, Sweeper};
+use super::{build_report, combine, next_round, replay_draw, Draw, Log, PolicyPoints, Sweeper};
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use slicesched_report::search::Outcome;
@@ -36,11 +36,15 @@ struct Chain {
     pending: usize,
     /// Wall seconds of its latest replay: the queue starts the longest expected first.
     last_wall_s: f64,
+    /// Points of its current round whose draws are not all back: (scale, per draw).
+    partial: Vec<(f64, Vec<Option<Draw>>)>,
 }
 
+/// One replay: one draw of a chain's point.
 struct Task {
     chain: usize,
     scale: f64,
+    draw: usize,
     expect_s: f64,
 }
 
@@ -103,12 +107,14 @@ pub(crate) fn sweep_all(
                 outcomes: outcomes.clone(),
                 pending: 0,
                 last_wall_s: f64::INFINITY,
+                partial: Vec::new(),
             });
         }
     }
     // Spare threads widen each chain's rounds (longer strides, finer splits) only where
-    // there are fewer chains than threads.
-    let width = (sw.jobs / chains.len().max(1)).max(1);
+    // there are fewer replays of a round (chains × draws) than threads.
+    let draws = sw.seeds.max(1) as usize;
+    let width = (sw.jobs / (chains.len() * draws).max(1)).max(1);
     let mut left: Vec<usize> = jobs_in.iter().map(|_| policies.len()).collect();
 
     let total = log.mp.add(ProgressBar::new(0));
@@ -118,14 +124,18 @@ pub(crate) fn sweep_all(
     let queue = Mutex::new(Queue { tasks: Vec::new(), closed: false });
     let ready = Condvar::new();
     let stop_above = targets.iter().copied().reduce(f64::max);
-    let (tx, rx) = mpsc::channel::<(usize, f64, Result<Measured>)>();
+    let (tx, rx) = mpsc::channel::<(usize, f64, usize, Result<Draw>)>();
 
-    // Plans chain `c`'s next round: queues its replays, or reports it finished.
+    // Plans chain `c`'s next round: queues its replays (every draw of every scale), or
+    // reports it finished.
     let plan = |c: &mut Chain, q: &mut Queue, chain: usize| -> usize {
         let scales = next_round(&c.points, &mut c.outcomes, targets, &sw.opts, width);
-        c.pending = scales.len();
+        c.pending = scales.len() * draws;
         for scale in scales {
-            q.tasks.push(Task { chain, scale, expect_s: c.last_wall_s });
+            c.partial.push((scale, vec![None; draws]));
+            for draw in 0..draws {
+                q.tasks.push(Task { chain, scale, draw, expect_s: c.last_wall_s });
+            }
         }
         c.pending
     };
@@ -145,21 +155,26 @@ pub(crate) fn sweep_all(
                     let (s, p) = names[task.chain];
                     let job = &jobs_in[s];
                     let label = job.label.as_ref().map_or(String::new(), |l| format!("{l} "));
-                    bar.set_prefix(format!("{label}{} @ {:.4}", policies[p], task.scale));
+                    let of = if job.draws.len() > 1 {
+                        format!(" draw {}/{}", task.draw + 1, job.draws.len())
+                    } else {
+                        String::new()
+                    };
+                    bar.set_prefix(format!("{label}{} @ {:.4}{of}", policies[p], task.scale));
                     bar.set_position(0);
-                    let r = replay_point(job.draws, &policies[p], task.scale, stop_above, sw, &bar);
+                    let r = replay_draw(job.draws, task.draw, &policies[p], task.scale, stop_above, sw, &bar);
                     if let Ok(m) = &r {
                         log.note(format!(
-                            "{label}{} @ {:.4}: {}{:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
+                            "{label}{} @ {:.4}{of}: {}{:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
                             policies[p],
                             task.scale,
-                            if m.stopped_early { "stopped early, over " } else { "" },
-                            100.0 * m.violation_rate,
+                            if m.violation_at_stop.is_some() { "stopped early, over " } else { "" },
+                            100.0 * m.violation_at_stop.unwrap_or(m.violation_rate),
                             m.prompt_tokens_per_s,
                             m.wall_s
                         ));
                     }
-                    if tx.send((task.chain, task.scale, r)).is_err() {
+                    if tx.send((task.chain, task.scale, task.draw, r)).is_err() {
                         break;
                     }
                 }
@@ -197,11 +212,21 @@ pub(crate) fn sweep_all(
                 chain_ended(s, &chains)?;
             }
             while running > 0 {
-                let Ok((i, scale, r)) = rx.recv() else { bail!("every replay thread stopped") };
+                let Ok((i, scale, draw, r)) = rx.recv() else { bail!("every replay thread stopped") };
                 running -= 1;
                 total.inc(1);
-                let m = r?;
+                let d = r?;
                 let c = &mut chains[i];
+                c.pending -= 1;
+                // A point counts once every draw of it is back.
+                let k = c.partial.iter().position(|p| p.0 == scale).expect("a queued point");
+                c.partial[k].1[draw] = Some(d);
+                if c.partial[k].1.iter().any(Option::is_none) {
+                    continue;
+                }
+                let (_, got) = c.partial.swap_remove(k);
+                let got: Vec<Draw> = got.into_iter().map(|d| d.expect("every draw back")).collect();
+                let m = combine(&got);
                 if m.oom_events > 0 {
                     log.warn(format!(
                         "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",
@@ -214,8 +239,7 @@ pub(crate) fn sweep_all(
                     c.points.points.insert(scale, m.violation_rate);
                 }
                 c.points.measured.push((scale, m));
-                c.last_wall_s = m.wall_s;
-                c.pending -= 1;
+                c.last_wall_s = m.wall_s / got.len() as f64;
                 if c.pending > 0 {
                     continue;
                 }

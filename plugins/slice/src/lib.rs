@@ -143,17 +143,11 @@ impl Policy for Slice {
         // 0.3.0 shows the backlog.
         let backlog = home.prefill_tokens >= BACKLOG_ITERATIONS * u64::from(home.batch_tokens.max(1));
         let every_copy = behind || home.waiting >= HOME_BACKLOG || backlog;
-        self.candidates.extend(
-            instances
-                .iter()
-                .skip(1)
-                .filter(|i| {
-                    every_copy
-                        || owner_away(view, i.group)
-                            && (quiet(&self.owner_busy, view, i.group)
-                                || busier(&self.owner_busy, view, home.group, i.group))
-                }),
-        );
+        self.candidates.extend(instances.iter().skip(1).filter(|i| {
+            every_copy
+                || owner_away(view, i.group)
+                    && (quiet(&self.owner_busy, view, i.group) || busier(&self.owner_busy, view, home.group, i.group))
+        }));
         if self.candidates.len() == 1 {
             return Ok(0);
         }
