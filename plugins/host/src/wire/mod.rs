@@ -306,10 +306,12 @@ macro_rules! since_v0_2_conversions {
 }
 pub(crate) use since_v0_2_conversions;
 
-/// The `instance` record before 0.3.0 (no prefill backlog, no batch budget).
-macro_rules! instance_before_v0_3 {
-    () => {
-        /// An instance as 0.1.0 and 0.2.0 carry it.
+/// An engine instance in a version's `instance` record: the fields every version has,
+/// and those a later version added (0.3.0: `prefill_tokens`, `batch_tokens`), named by
+/// the version module.
+macro_rules! instance_conversion {
+    ($($added:ident),*) => {
+        /// An instance as this version carries it.
         pub fn instance(i: &sdk::Instance) -> wit::Instance {
             wit::Instance {
                 index: i.index,
@@ -321,8 +323,9 @@ macro_rules! instance_before_v0_3 {
                 inflight: i.inflight,
                 kv_free_blocks: i.kv_free_blocks,
                 kv_total_blocks: i.kv_total_blocks,
+                $($added: i.$added,)*
             }
         }
     };
 }
-pub(crate) use instance_before_v0_3;
+pub(crate) use instance_conversion;

@@ -5,7 +5,7 @@ use slicesched_plugin_sdk as sdk;
 use slicesched_policy::{ReadyOp, View};
 
 super::shared_conversions!();
-super::instance_before_v0_3!();
+super::instance_conversion!();
 
 /// The 0.1.0 view and batch, refilled in place per call.
 pub struct Wire {

@@ -7,5 +7,5 @@ use slicesched_plugin_sdk as sdk;
 use slicesched_policy::{ReadyOp, View};
 
 super::shared_conversions!();
-super::instance_before_v0_3!();
+super::instance_conversion!();
 super::since_v0_2_conversions!();

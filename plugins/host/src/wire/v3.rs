@@ -8,19 +8,5 @@ use slicesched_policy::{ReadyOp, View};
 super::shared_conversions!();
 super::since_v0_2_conversions!();
 
-/// An instance with its prefill backlog and batch budget (new in 0.3.0).
-pub fn instance(i: &sdk::Instance) -> wit::Instance {
-    wit::Instance {
-        index: i.index,
-        tenant: i.tenant,
-        group: i.group,
-        is_home: i.is_home,
-        waiting: i.waiting,
-        running: i.running,
-        inflight: i.inflight,
-        kv_free_blocks: i.kv_free_blocks,
-        kv_total_blocks: i.kv_total_blocks,
-        prefill_tokens: i.prefill_tokens,
-        batch_tokens: i.batch_tokens,
-    }
-}
+// An instance's prefill backlog and batch budget are new in 0.3.0.
+super::instance_conversion!(prefill_tokens, batch_tokens);
