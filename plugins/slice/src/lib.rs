@@ -84,7 +84,7 @@ impl Policy for Slice {
     fn route(&mut self, view: &View, instances: &[Instance]) -> Result<u32, String> {
         // Stay home while the home is empty; else the least-loaded of the home and
         // the copies whose GPUs' owners have nothing queued now and have been quiet, or
-        // less busy than the home (`busier`). A copy on a GPU whose
+        // less busy than the home (below). A copy on a GPU whose
         // owner is working would take that owner's time without the core's guard.
         // Measured on azure-code-4t at rate scale 0.841: requiring copies to be idle
         // with the owner away for 20 ms gave 12.6% violations, owner away now 9.1%,
@@ -143,10 +143,21 @@ impl Policy for Slice {
         // 0.3.0 shows the backlog.
         let backlog = home.prefill_tokens >= BACKLOG_ITERATIONS * u64::from(home.batch_tokens.max(1));
         let every_copy = behind || home.waiting >= HOME_BACKLOG || backlog;
+        // Otherwise a copy whose owner is away now competes when its owner was quiet
+        // (busy under `OWNER_BUSY_MAX` of the last second), or less busy than every GPU
+        // of the home was with the tenant itself: the home, busier still, is where a
+        // request would wait longer. On gen-06 of scenarios/family at `pooled`'s 1% answer
+        // (5.735, full length, the file's seed and 101–104) a bursty 7B tenant's five
+        // copies sit on GPUs whose owners are 70–88% busy, so its bursts stayed home and
+        // missed their 40-ms TPOT target: 604 requests violating with the quiet owners
+        // alone, 494 so (`pooled` 474). At `pooled`'s 1% and 9% points of the family (39
+        // replays of 300 s) mean 2.239% -> 2.235% violating (5 points better, 6 worse by
+        // more than 0.05 points); azure-code-4t at 0.841 and bursty-8t at 3.712 the same,
+        // moe-3t at 1 (180 s) 34 -> 36 requests.
+        let bar = OWNER_BUSY_MAX.max(owner_shares(&self.owner_busy, view, home.group).fold(1.0, f64::min));
         self.candidates.extend(instances.iter().skip(1).filter(|i| {
             every_copy
-                || owner_away(view, i.group)
-                    && (quiet(&self.owner_busy, view, i.group) || busier(&self.owner_busy, view, home.group, i.group))
+                || owner_away(view, i.group) && owner_shares(&self.owner_busy, view, i.group).fold(0.0, f64::max) < bar
         }));
         if self.candidates.len() == 1 {
             return Ok(0);
@@ -331,25 +342,12 @@ fn owner_away(view: &View, group: u32) -> bool {
 /// Whether the owners of `group`'s GPUs were busy under [`OWNER_BUSY_MAX`] of the last
 /// ~[`OWNER_WINDOW_NS`] (`owner_busy`, per GPU, as `Slice::observe` keeps it).
 fn quiet(owner_busy: &[f64], view: &View, group: u32) -> bool {
-    view.groups[group as usize].iter().all(|&x| owner_busy.get(x as usize).is_none_or(|&b| b < OWNER_BUSY_MAX))
+    owner_shares(owner_busy, view, group).fold(0.0, f64::max) < OWNER_BUSY_MAX
 }
 
-/// Whether every GPU of `home` was busier with its owner (the tenant itself) over the
-/// last ~[`OWNER_WINDOW_NS`] than any GPU of `copy` was with its own: a copy whose owner
-/// is away now (`route` checks that too) then takes requests even though its owner is
-/// busy more than [`OWNER_BUSY_MAX`] of the time, since the home, busier still, is where
-/// they would wait longer. On gen-06 of scenarios/family at `pooled`'s 1% answer (5.735,
-/// full length, the file's seed and 101–104) a bursty 7B tenant's five copies sit on
-/// GPUs whose owners are 70–88% busy, so its bursts stayed home and missed their 40-ms
-/// TPOT target: 604 requests violating without this rule, 494 with it (`pooled` 474).
-/// At `pooled`'s 1% and 9% points of the family (39 replays of 300 s) mean 2.239% →
-/// 2.235% violating (5 points better, 6 worse by more than 0.05 points); azure-code-4t
-/// at 0.841 and bursty-8t at 3.712 the same, moe-3t at 1 (180 s) 34 → 36 requests.
-fn busier(owner_busy: &[f64], view: &View, home: u32, copy: u32) -> bool {
-    let share = |g: u32, f: fn(f64, f64) -> f64, init: f64| {
-        view.groups[g as usize].iter().map(|&x| owner_busy.get(x as usize).copied().unwrap_or(0.0)).fold(init, f)
-    };
-    share(home, f64::min, 1.0) > share(copy, f64::max, 0.0)
+/// Per GPU of `group`, the share of the last ~[`OWNER_WINDOW_NS`] its owner was busy.
+fn owner_shares<'a>(owner_busy: &'a [f64], view: &'a View, group: u32) -> impl Iterator<Item = f64> + 'a {
+    view.groups[group as usize].iter().map(|&x| owner_busy.get(x as usize).copied().unwrap_or(0.0))
 }
 
 /// When `r` would finish on `group`, whose queue ends at `queue_end` (what the view
