@@ -304,13 +304,10 @@ struct Draw {
     wall_s: f64,
 }
 
-/// Replays draw `draw` of a point; `stop_above`: the largest target, past which the
-/// replay stops (the point then violates every target and nothing more is needed from
-/// it). With several draws each is replayed whole: one draw's share so far says nothing
-/// of the others'.
+/// Replays one draw of a point; `stop_above`: the violation share past which the replay
+/// stops (the point then violates every target and nothing more is needed from it).
 fn replay_draw(
-    draws: &[Scenario],
-    draw: usize,
+    scenario: &Scenario,
     policy: &str,
     scale: f64,
     stop_above: Option<f64>,
@@ -319,13 +316,13 @@ fn replay_draw(
 ) -> Result<Draw> {
     // Each policy replays on the deployment it asks for (its replicas, if any).
     let opts = ReplayOptions {
-        stop_above_violation: if draws.len() == 1 { stop_above } else { None },
+        stop_above_violation: stop_above,
         kv_migration: sw.kv_migration,
         replan: sw.replan,
         plan: sw.plan,
         ..ReplayOptions::default()
     };
-    let r = crate::policies::replay_policy(&draws[draw].with_rate_scale(scale), policy, opts, &mut |p| {
+    let r = crate::policies::replay_policy(&scenario.with_rate_scale(scale), policy, opts, &mut |p| {
         bar.set_position(1000 * p.sim_ns.min(p.horizon_ns) / p.horizon_ns.max(1));
         bar.set_message(format!("{}/{} requests done", p.completed, p.requests));
     })?;

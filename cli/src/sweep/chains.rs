@@ -114,6 +114,7 @@ pub(crate) fn sweep_all(
     // Spare threads widen each chain's rounds (longer strides, finer splits) only where
     // there are fewer replays of a round (chains × draws) than threads.
     let draws = sw.seeds.max(1) as usize;
+    debug_assert!(jobs_in.iter().all(|j| j.draws.len() == draws), "every job holds --seeds draws");
     let width = (sw.jobs / (chains.len() * draws).max(1)).max(1);
     let mut left: Vec<usize> = jobs_in.iter().map(|_| policies.len()).collect();
 
@@ -123,7 +124,9 @@ pub(crate) fn sweep_all(
     );
     let queue = Mutex::new(Queue { tasks: Vec::new(), closed: false });
     let ready = Condvar::new();
-    let stop_above = targets.iter().copied().reduce(f64::max);
+    // A replay stops once it violates past the largest target; with several draws each is
+    // replayed whole: one draw's share so far says nothing of the others'.
+    let stop_above = if draws == 1 { targets.iter().copied().reduce(f64::max) } else { None };
     let (tx, rx) = mpsc::channel::<(usize, f64, usize, Result<Draw>)>();
 
     // Plans chain `c`'s next round: queues its replays (every draw of every scale), or
@@ -162,7 +165,7 @@ pub(crate) fn sweep_all(
                     };
                     bar.set_prefix(format!("{label}{} @ {:.4}{of}", policies[p], task.scale));
                     bar.set_position(0);
-                    let r = replay_draw(job.draws, task.draw, &policies[p], task.scale, stop_above, sw, &bar);
+                    let r = replay_draw(&job.draws[task.draw], &policies[p], task.scale, stop_above, sw, &bar);
                     if let Ok(m) = &r {
                         log.note(format!(
                             "{label}{} @ {:.4}{of}: {}{:.2}% violate, {:.0} prompt tok/s ({:.1} s)",
