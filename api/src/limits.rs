@@ -168,13 +168,16 @@ fn busy_bytes(horizon_s: f64, gpus: u64, tenants: u64) -> u64 {
 }
 
 /// Estimates a replay at `rate_scale` (or a sweep of `searches` searches, each replay
-/// counted at the recorded rate, where searches start) of `spec` and checks it against
-/// every limit. `cluster` is the scenario's cluster spec (inline or read from its file).
+/// counted at the recorded rate, where searches start; `draws` of the scenario held at
+/// once and each replayed at every scale) of `spec` and checks it against every limit.
+/// `cluster` is the scenario's cluster spec (inline or read from its file).
+#[allow(clippy::too_many_arguments)]
 pub fn estimate(
     spec: &ScenarioSpec,
     cluster: &ClusterSpec,
     rows: &FileRows,
     searches: u64,
+    draws: u64,
     rate_scale: f64,
     record_ops: u64,
     limits: &Limits,
@@ -200,8 +203,9 @@ pub fn estimate(
         return Err(over("scenario.tenants", all, limits.max_requests_per_run as f64, requests.round()));
     }
     let requests = requests.ceil() as u64;
+    let draws = draws.max(1);
     let memory_bytes = BYTES_PER_RUN
-        .saturating_add(requests.saturating_mul(BYTES_PER_REQUEST))
+        .saturating_add(requests.saturating_mul(draws).saturating_mul(BYTES_PER_REQUEST))
         .saturating_add(gpus.saturating_mul(BYTES_PER_GPU))
         .saturating_add((tenant_s * BYTES_PER_TENANT_SECOND as f64).min(u64::MAX as f64) as u64)
         .saturating_add(busy_bytes(horizon_s + spec.drain_s.max(0.0), gpus, spec.tenants.len() as u64))
@@ -210,7 +214,7 @@ pub fn estimate(
         let what = "estimated memory of the run, bytes";
         return Err(over("scenario", what, limits.memory_budget_bytes as f64, memory_bytes as f64));
     }
-    let replays = if searches == 0 { 1 } else { searches.saturating_mul(REPLAYS_PER_SEARCH) };
+    let replays = if searches == 0 { 1 } else { searches.saturating_mul(REPLAYS_PER_SEARCH).saturating_mul(draws) };
     let wall_s = (requests as f64 * WALL_S_PER_REQUEST + tenant_s * WALL_S_PER_TENANT_SECOND) * replays as f64;
     if wall_s > limits.max_run_wall_s {
         return Err(over("scenario", "estimated run time, wall seconds", limits.max_run_wall_s, wall_s.round()));
@@ -250,7 +254,7 @@ mod tests {
                  trace = { kind = \"poisson\", rate = 13000.0 }\n";
         let s = spec(&format!("{HEAD}gpus = 1\n{t}"));
         let ClusterRefSpec(c) = inline(&s);
-        let e = estimate(&s, &c, &no_files, 0, 1.0, 0, &Limits::default()).unwrap_err();
+        let e = estimate(&s, &c, &no_files, 0, 1, 1.0, 0, &Limits::default()).unwrap_err();
         match e {
             ApiError::OverLimit { field, limit, value, .. } => {
                 assert_eq!((field.as_str(), limit, value), ("scenario.tenants[0].trace", 1e6, 46.8e6))
@@ -258,7 +262,7 @@ mod tests {
             other => panic!("{other}"),
         }
         let small = spec(&format!("{HEAD}gpus = 1\n{}", t.replace("13000.0", "2.0")));
-        let est = estimate(&small, &c, &no_files, 0, 1.0, 200_000, &Limits::default()).unwrap();
+        let est = estimate(&small, &c, &no_files, 0, 1, 1.0, 200_000, &Limits::default()).unwrap();
         assert_eq!((est.gpus, est.requests), (1, 7200));
     }
 
@@ -272,7 +276,7 @@ mod tests {
         let text = format!("{}gpus = 8\n{}", HEAD.replace("3600", "600"), (0..4).map(t).collect::<String>());
         let s = spec(&text);
         let ClusterRefSpec(c) = inline(&s);
-        let at = |scale| estimate(&s, &c, &no_files, 0, scale, 0, &Limits::default()).unwrap();
+        let at = |scale| estimate(&s, &c, &no_files, 0, 1, scale, 0, &Limits::default()).unwrap();
         let (slow, one, fast) = (at(0.25), at(1.0), at(2.0));
         assert_eq!((slow.requests, one.requests), (14_400, 14_400), "the same requests");
         for (e, measured) in [(&slow, 302.0), (&one, 70.0), (&fast, 28.0)] {
@@ -280,8 +284,12 @@ mod tests {
         }
         assert!(slow.memory_bytes > one.memory_bytes);
         // A sweep counts its replays at the recorded rate, whatever scale was asked.
-        let sweep = estimate(&s, &c, &no_files, 2, 0.25, 0, &Limits::default()).unwrap();
+        let sweep = estimate(&s, &c, &no_files, 2, 1, 0.25, 0, &Limits::default()).unwrap();
         assert!((sweep.wall_s - 2.0 * REPLAYS_PER_SEARCH as f64 * one.wall_s).abs() < 1e-6);
+        // Three draws: every replay three times, and the three draws' requests held at once.
+        let drawn = estimate(&s, &c, &no_files, 2, 3, 0.25, 0, &Limits::default()).unwrap();
+        assert!((drawn.wall_s - 3.0 * sweep.wall_s).abs() < 1e-6);
+        assert_eq!(drawn.memory_bytes - sweep.memory_bytes, 2 * 14_400 * BYTES_PER_REQUEST);
     }
 
     #[test]
@@ -292,7 +300,7 @@ mod tests {
         let text = format!("{}gpus = 1024\n{}", HEAD.replace("3600", "1800"), (0..16).map(t).collect::<String>());
         let s = spec(&text);
         let ClusterRefSpec(c) = inline(&s);
-        let e = estimate(&s, &c, &no_files, 0, 1.0, 0, &Limits::default()).unwrap();
+        let e = estimate(&s, &c, &no_files, 0, 1, 1.0, 0, &Limits::default()).unwrap();
         let busy = slicesched_sim::busy_max_bytes(1800 * 1_000_000_000, 1024 * 16);
         assert!(busy > 100 << 20, "{busy}");
         assert!(e.memory_bytes >= busy + BYTES_PER_RUN + 1024 * BYTES_PER_GPU, "{} < {busy}", e.memory_bytes);

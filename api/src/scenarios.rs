@@ -126,8 +126,9 @@ fn check_nesting(text: &str) -> Result<(), String> {
 
 /// Resolves, checks against the budgets and validates (models, cluster, KV sizing, the
 /// traces' parameters) a scenario without generating its requests. `searches` is 0 for
-/// a replay, policies × targets for a sweep. Blocking: it reads files.
-pub fn resolve(cfg: &Config, scenario: &str, searches: u64, rate_scale: f64) -> Result<Resolved, ApiError> {
+/// a replay, policies × targets for a sweep, each search replaying `draws` draws of the
+/// scenario. Blocking: it reads files.
+pub fn resolve(cfg: &Config, scenario: &str, searches: u64, draws: u64, rate_scale: f64) -> Result<Resolved, ApiError> {
     let bad = |msg: String| ApiError::invalid("scenario", msg);
     let dir = &cfg.scenarios_dir;
     let (toml_text, label) = if is_name(scenario) {
@@ -152,7 +153,8 @@ pub fn resolve(cfg: &Config, scenario: &str, searches: u64, rate_scale: f64) -> 
     check_files(cfg, &spec).map_err(bad)?;
     let inputs = input_files(cfg, &spec).map_err(bad)?;
     let rows = |t: &TraceSpec| trace_rows(cfg, t);
-    let estimate = limits::estimate(&spec, &cluster, &rows, searches, rate_scale, cfg.record_max_ops, &cfg.limits)?;
+    let estimate =
+        limits::estimate(&spec, &cluster, &rows, searches, draws, rate_scale, cfg.record_max_ops, &cfg.limits)?;
     // Everything but the requests: the same checks the job's build makes, on empty traces.
     let mut dry = spec.clone();
     for t in &mut dry.tenants {
@@ -174,18 +176,26 @@ pub fn resolve(cfg: &Config, scenario: &str, searches: u64, rate_scale: f64) -> 
 
 /// Loads a run's stored scenario again (in the job): the requests are generated here.
 /// Relative paths resolve against the scenarios folder, as when it was accepted.
-pub fn load(dir: &Path, name: &str, toml_text: &str) -> Result<Scenario, String> {
-    let spec: ScenarioSpec = toml::from_str(toml_text).map_err(|e| crate::text::one_line(&e.to_string(), 1024))?;
+pub fn load(dir: &Path, name: &str, toml_text: &str, seed: Option<u64>) -> Result<Scenario, String> {
+    let mut spec: ScenarioSpec =
+        toml::from_str(toml_text).map_err(|e| crate::text::one_line(&e.to_string(), 1024))?;
+    spec.seed = seed.unwrap_or(spec.seed);
     let root = dir.canonicalize().ok().and_then(|d| d.parent().map(Path::to_path_buf)).unwrap_or_default();
     Scenario::from_spec(spec, Path::new(name), dir).map_err(|e| crate::text::scrub(&e.to_string(), &[&root, dir]))
 }
 
 /// A run's estimate from its stored scenario (the job holds that much of the budget).
-pub fn estimate(cfg: &Config, toml_text: &str, searches: u64, rate_scale: f64) -> Result<Estimate, ApiError> {
+pub fn estimate(
+    cfg: &Config,
+    toml_text: &str,
+    searches: u64,
+    draws: u64,
+    rate_scale: f64,
+) -> Result<Estimate, ApiError> {
     let spec: ScenarioSpec = toml::from_str(toml_text).map_err(|e| ApiError::invalid("scenario", e.to_string()))?;
     let cluster = cluster_spec(cfg, &spec).map_err(|e| ApiError::invalid("scenario", e))?;
     let rows = |t: &TraceSpec| trace_rows(cfg, t);
-    limits::estimate(&spec, &cluster, &rows, searches, rate_scale, cfg.record_max_ops, &cfg.limits)
+    limits::estimate(&spec, &cluster, &rows, searches, draws, rate_scale, cfg.record_max_ops, &cfg.limits)
 }
 
 fn check_inline(spec: &ScenarioSpec) -> Result<(), String> {
@@ -289,7 +299,7 @@ mod tests {
             scenarios_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios"),
             ..Config::default()
         };
-        let r = resolve(&cfg, "azure-code-4t", 0, 1.0).unwrap();
+        let r = resolve(&cfg, "azure-code-4t", 0, 1, 1.0).unwrap();
         // Four tenants name one trace: it is listed once, under the first.
         assert_eq!(r.inputs.len(), 1, "{:?}", r.inputs);
         let f = &r.inputs[0];
@@ -298,7 +308,7 @@ mod tests {
         assert_eq!(f.sha256, hex::encode(sha2::Sha256::digest(&bytes)));
         assert_eq!(f.bytes, bytes.len() as u64);
         // A scenario naming no file lists none.
-        assert!(resolve(&cfg, "smoke", 0, 1.0).unwrap().inputs.is_empty());
+        assert!(resolve(&cfg, "smoke", 0, 1, 1.0).unwrap().inputs.is_empty());
     }
 
     #[test]

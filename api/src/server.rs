@@ -216,7 +216,7 @@ async fn demo(state: &AppState) -> Result<(), ServeError> {
         return Ok(());
     }
     let cfg = state.config.clone();
-    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, DEMO_SCENARIO, 0, 1.0))
+    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, DEMO_SCENARIO, 0, 1, 1.0))
         .await
         .map_err(|e| ServeError::Demo(e.to_string()))?
         .map_err(|e| ServeError::Demo(e.to_string()))?;

@@ -26,7 +26,7 @@ pub struct Args {
     duration_s: Option<f64>,
     /// Replay another draw of the scenario: its `seed` replaced by this one (synthetic
     /// loads are drawn again; traces read from files keep their requests, and `split`s
-    /// their own seeds). `sweep --seeds K` replays the draws `sweep::draw_seed` names.
+    /// their own seeds). `sweep --seeds K` replays the draws `slicesched_sim::draw_seed` names.
     #[arg(long)]
     seed: Option<u64>,
     /// When a running request's KV may move to another instance of its tenant: `off`,

@@ -155,12 +155,7 @@ pub(crate) struct Sweeper {
     seeds: u32,
 }
 
-/// The seed of draw `k` of a scenario whose file says `seed` (draw 0 is the file's own).
-/// A tenant's load is drawn from the scenario's seed plus its index, so draws are a
-/// large odd stride apart: no draw's tenant shares another draw's tenant's seed.
-pub(crate) fn draw_seed(seed: u64, k: u32) -> u64 {
-    seed.wrapping_add(u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-}
+use slicesched_sim::draw_seed;
 
 /// The `seeds` draws of a scenario (`draw_seed`), the file's own first.
 pub(crate) fn load_draws(path: &std::path::Path, duration_s: Option<f64>, seeds: u32) -> Result<Vec<Scenario>> {
@@ -292,17 +287,7 @@ fn next_round(
 }
 
 /// What one draw's replay at one scale measured.
-#[derive(Debug, Clone, Copy)]
-struct Draw {
-    requests: u64,
-    violation_rate: f64,
-    /// The share known to violate when the replay stopped early (a lower bound).
-    violation_at_stop: Option<f64>,
-    prompt_tokens_per_s: f64,
-    output_tokens_per_s: f64,
-    oom_events: u64,
-    wall_s: f64,
-}
+type Draw = slicesched_report::DrawFigures;
 
 /// Replays one draw of a point; `stop_above`: the violation share past which the replay
 /// stops (the point then violates every target and nothing more is needed from it).
@@ -339,20 +324,16 @@ fn replay_draw(
     })
 }
 
-/// A point from its draws, in draw order (so the figures do not depend on which replay
-/// ended first): the violation rate of all their requests together, the mean throughput.
+/// A point from its draws, in draw order (`slicesched_report::pool_draws`).
 fn combine(draws: &[Draw]) -> Measured {
-    let n = draws.len().max(1) as f64;
-    let requests: u64 = draws.iter().map(|d| d.requests).sum();
-    let violating: f64 = draws.iter().map(|d| d.violation_rate * d.requests as f64).sum();
-    let stopped_at = draws.iter().find_map(|d| d.violation_at_stop);
+    let p = slicesched_report::pool_draws("", 0.0, draws);
     Measured {
-        stopped_early: stopped_at.is_some(),
-        violation_rate: stopped_at.unwrap_or(if requests > 0 { violating / requests as f64 } else { 0.0 }),
-        prompt_tokens_per_s: draws.iter().map(|d| d.prompt_tokens_per_s).sum::<f64>() / n,
-        output_tokens_per_s: draws.iter().map(|d| d.output_tokens_per_s).sum::<f64>() / n,
-        oom_events: draws.iter().map(|d| d.oom_events).sum(),
-        wall_s: draws.iter().map(|d| d.wall_s).sum(),
+        violation_rate: p.violation_rate,
+        prompt_tokens_per_s: p.prompt_tokens_per_s,
+        output_tokens_per_s: p.output_tokens_per_s,
+        oom_events: p.oom_events,
+        wall_s: p.wall_s,
+        stopped_early: p.stopped_early,
     }
 }
 

@@ -39,6 +39,8 @@ export interface AppliedSla extends SlaFigures { scenario_tenant: string; tenant
 export interface RunParams {
   scenario: string; scenario_sha256: string; seed: number; rate_scale: number | null;
   violation_targets: number[] | null; policies: ResolvedPolicy[]; core: Record<string, string | number | boolean>;
+  /** Sweeps: draws replayed at every scale (absent on older runs: one). */
+  seeds?: number;
   tenants: AppliedSla[];
   /** The files the scenario names, hashed when the run was accepted (absent on older runs). */
   inputs?: InputFile[];
@@ -88,6 +90,8 @@ export interface SweepReport {
   ratios: { policy: string; target: number; goodput_vs_dedicated: number | null }[];
   points: { policy: string; rate_scale: number; violation_rate: number; prompt_tokens_per_s: number;
     output_tokens_per_s: number; oom_events: number }[];
+  /** The draws' seeds when each point replayed several (absent for one). Past 2^53: for counting, not for showing. */
+  seeds?: number[];
 }
 
 export interface Series {

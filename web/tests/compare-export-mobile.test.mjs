@@ -209,6 +209,41 @@ describe('plugins from the UI', () => {
   });
 });
 
+describe('sweeps of several draws', () => {
+  test('a sweep of two draws started from the form replays both and its page says so', async () => {
+    const page = await newPage(browser);
+    await signIn(page, ADMIN);
+    await page.click('summary:has-text("New run")');
+    await page.waitForSelector('[data-testid=policy-choices] input[value=dedicated]');
+    await page.selectOption('select[name=kind]', 'sweep');
+    await page.waitForSelector('select[name=scenario] option[value=smoke]', { state: 'attached' });
+    await page.selectOption('select[name=scenario]', 'smoke');
+    for (const b of await page.$$('[data-testid=policy-choices] input:checked')) await b.uncheck();
+    await page.check('[data-testid=policy-choices] input[value=dedicated]');
+    await page.fill('input[name=violation_targets]', '0.09');
+    await page.fill('input[name=seeds]', '2');
+    const before = new Set((await api('/runs?kind=sweep&limit=100', ADMIN)).items.map((r) => r.id));
+    await page.click('details.new-run button[type=submit]');
+    let run = null;
+    for (let k = 0; k < 100 && !run; k++) {
+      run = (await api('/runs?kind=sweep&limit=100', ADMIN)).items.find((r) => !before.has(r.id)) ?? null;
+      if (!run) await page.waitForTimeout(100);
+    }
+    assert.ok(run, 'the form started a sweep');
+    const done = await waitRun(run.id);
+    assert.equal(done.params.seeds, 2);
+    assert.equal(done.summary.seeds.length, 2, 'the summary lists both draws');
+    await page.goto(`${BASE}/#/runs/${run.id}`);
+    // A finished sweep opens on its results: each dot says it is two replays, and the
+    // parameters say how they were drawn.
+    await page.waitForSelector('[data-testid=sweep-dots]');
+    assert.match(await page.textContent('[data-testid=sweep-dots]'), /Each dot is 2 full replays, one per draw/);
+    await page.waitForSelector('[data-testid=run-params]');
+    assert.match(await page.textContent('[data-testid=run-params]'), /Draws per point\s*2: seed 7,/);
+    noErrors(page);
+  });
+});
+
 describe('export and readability', () => {
   test('a run exports its summary, requests and series as files that parse; charts save as PNG and SVG and read out', async () => {
     const page = await newPage(browser);

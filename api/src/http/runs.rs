@@ -45,6 +45,10 @@ pub struct RunPage {
     pub next_cursor: Option<String>,
 }
 
+/// Most draws a sweep replays at every scale (`NewRun::seeds`): each costs a whole
+/// sweep's replays.
+pub const MAX_SEEDS: u32 = 8;
+
 /// What to run.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -60,6 +64,13 @@ pub struct NewRun {
     pub rate_scale: Option<f64>,
     /// Sweeps only: fractions of requests allowed to violate, each in (0, 1); default [0.01, 0.09].
     pub violation_targets: Option<Vec<f64>>,
+    /// Sweeps only: draws of the scenario replayed at every rate scale, 1 to 8
+    /// (default 1). Draw 0 is the scenario's own seed, draw k its seed plus
+    /// k·0x9E3779B97F4A7C15 modulo 2^63 (as `slicesched sweep --seeds`): synthetic loads are drawn
+    /// again, file traces keep their requests. A point's violation rate is that of all
+    /// the draws' requests together, so a target of 1% is judged on K times the
+    /// requests; the run costs K times the replays. The summary's `seeds` lists them.
+    pub seeds: Option<u32>,
     /// Which registered tenant each scenario tenant is: scenario tenant name → tenant
     /// id. A scenario tenant not named here is the registered tenant of the same name,
     /// if there is one. Either way the tenant's SLA in force when the run starts
@@ -167,12 +178,15 @@ pub(crate) async fn start(
         RunKind::Sweep => (policies.len() * targets.as_ref().map_or(1, Vec::len)) as u64,
     };
     let scale = rate_scale.unwrap_or(1.0);
-    let resolved = tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, &text, searches, scale))
+    let draws = body.seeds.unwrap_or(1);
+    let resolved =
+        tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, &text, searches, u64::from(draws), scale))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     let tenant_map = check_tenants(st, body, &resolved.tenant_names).await?;
     let modes = check_modes(body)?;
-    let params = run_params(st, &resolved, &policies, rate_scale, &targets, modes).await?;
+    let mut params = run_params(st, &resolved, &policies, rate_scale, &targets, modes).await?;
+    params.seeds = draws;
     let params_json = serde_json::to_value(&params).map_err(|e| ApiError::Internal(e.to_string()))?;
     let id = Uuid::new_v4();
     let kind = body.kind.as_str();
@@ -255,6 +269,7 @@ async fn run_params(
         // A replay says its scale even when it is the default; a sweep searches it.
         rate_scale: if targets.is_none() { Some(rate_scale.unwrap_or(1.0)) } else { None },
         violation_targets: targets.clone(),
+        seeds: 1,
         policies: out,
         core: params::core_options(st.config.record_max_ops, modes),
         tenants: Vec::new(),
@@ -307,6 +322,9 @@ fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {
             if body.violation_targets.is_some() {
                 return Err(ApiError::invalid("violation_targets", "only sweeps take violation targets"));
             }
+            if body.seeds.is_some() {
+                return Err(ApiError::invalid("seeds", "only sweeps replay several draws"));
+            }
             if let Some(s) = body.rate_scale {
                 if !(s.is_finite() && s > 0.0 && s <= 64.0) {
                     return Err(ApiError::invalid("rate_scale", "must be in (0, 64]"));
@@ -321,6 +339,9 @@ fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {
             let t = body.violation_targets.clone().unwrap_or_else(|| vec![0.01, 0.09]);
             if t.is_empty() || t.len() > 5 || t.iter().any(|x| !(x.is_finite() && *x > 0.0 && *x < 1.0)) {
                 return Err(ApiError::invalid("violation_targets", "1 to 5 fractions, each in (0, 1)"));
+            }
+            if body.seeds.is_some_and(|k| !(1..=MAX_SEEDS).contains(&k)) {
+                return Err(ApiError::invalid("seeds", format!("1 to {MAX_SEEDS} draws")));
             }
             Ok((None, Some(t)))
         }

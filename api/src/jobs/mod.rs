@@ -290,8 +290,10 @@ async fn execute(inner: &Arc<Inner>, id: Uuid, cancel: Arc<AtomicBool>) -> Resul
     // over the whole budget could never start, so it fails here rather than wait).
     let searches = (spec.policies.len() * spec.violation_targets.as_ref().map_or(2, Vec::len)) as u64;
     let searches = if spec.kind == "sweep" { searches } else { 0 };
+    let draws = spec.params.as_ref().and_then(|p| p.get("seeds")).and_then(serde_json::Value::as_u64).unwrap_or(1);
     let (cfg, text, scale) = (inner.config.clone(), spec.scenario_toml.clone(), spec.rate_scale.unwrap_or(1.0));
-    let estimate = tokio::task::spawn_blocking(move || crate::scenarios::estimate(&cfg, &text, searches, scale)).await;
+    let estimate =
+        tokio::task::spawn_blocking(move || crate::scenarios::estimate(&cfg, &text, searches, draws, scale)).await;
     let mib = match estimate {
         Ok(Ok(e)) => (e.memory_bytes >> 20).max(1),
         Ok(Err(e)) => return end(inner, &spec, Outcome::Failed(format!("over budget: {e}"))).await,

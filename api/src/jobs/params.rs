@@ -111,6 +111,10 @@ pub struct SlaFigures {
     pub tpot_ms: f64,
 }
 
+fn one_draw() -> u32 {
+    1
+}
+
 /// Every parameter of a run.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct RunParams {
@@ -121,6 +125,11 @@ pub struct RunParams {
     /// Replays: the arrival-rate multiplier (1 when not asked); sweeps search it.
     pub rate_scale: Option<f64>,
     pub violation_targets: Option<Vec<f64>>,
+    /// Sweeps: draws of the scenario replayed at every scale (`seed`, then
+    /// `slicesched_sim::draw_seed(seed, k)`), their requests counted together; 1 for
+    /// replays and for runs stored before this was recorded.
+    #[serde(default = "one_draw")]
+    pub seeds: u32,
     /// In the order the run names them (one for a replay).
     pub policies: Vec<ResolvedPolicy>,
     pub core: CoreOptions,

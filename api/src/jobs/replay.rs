@@ -59,6 +59,7 @@ pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) ->
         seed: 0,
         rate_scale: spec.rate_scale,
         violation_targets: spec.violation_targets.clone(),
+        seeds: 1,
         policies,
         // Queued before runs recorded their parameters: the core's defaults then.
         core: params::core_options(
@@ -72,10 +73,20 @@ pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) ->
 
 /// Loads the run's scenario (blocking: it reads trace files) with its rate scale.
 pub(super) async fn load_scenario(inner: &Inner, spec: &crate::db::runs::RunSpec) -> Result<Scenario, String> {
+    load_draw(inner, spec, None).await
+}
+
+/// [`load_scenario`] with its seed replaced by `seed` where one is given (another draw
+/// of the scenario: a sweep's `seeds`).
+pub(super) async fn load_draw(
+    inner: &Inner,
+    spec: &crate::db::runs::RunSpec,
+    seed: Option<u64>,
+) -> Result<Scenario, String> {
     let dir = inner.config.scenarios_dir.clone();
     let (name, text, scale) = (spec.scenario.clone(), spec.scenario_toml.clone(), spec.rate_scale);
     tokio::task::spawn_blocking(move || {
-        let scenario = crate::scenarios::load(&dir, &name, &text)?;
+        let scenario = crate::scenarios::load(&dir, &name, &text, seed)?;
         Ok(match scale {
             Some(s) => scenario.with_rate_scale(s),
             None => scenario,

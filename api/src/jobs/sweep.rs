@@ -1,11 +1,13 @@
 //! A goodput sweep: for each policy and violation target, the same search as
 //! `slicesched sweep` (`slicesched_report::search`), one replay at a time so that several
-//! runs share the blocking pool fairly. Stores `sweep.json` as the run's summary.
+//! runs share the blocking pool fairly. Stores `sweep.json` as the run's summary. With
+//! `seeds` K > 1, each point replays K draws of the scenario and counts their requests
+//! together (`slicesched_report::pool_draws`, as `slicesched sweep --seeds`).
 
 use super::replay::replay_blocking;
 use super::{succeed, Ctx, Inner, Outcome};
 use slicesched_report::search::{search, Outcome as Found, Points, SearchOpts};
-use slicesched_report::{SweepPoint, SweepReport, SweepResult, SweepTiming};
+use slicesched_report::{pool_draws, DrawFigures, SweepPoint, SweepReport, SweepResult, SweepTiming};
 use slicesched_sim::ReplayOptions;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,6 +34,16 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         Ok(s) => s,
         Err(e) => return Outcome::Failed(e),
     };
+    // Every draw judged against the same registered SLAs as the first.
+    let mut draws = vec![scenario];
+    for k in 1..params.seeds.max(1) {
+        let seed = slicesched_sim::draw_seed(params.seed, k);
+        match super::replay::load_draw(inner, spec, Some(seed)).await {
+            Ok(s) => draws.push(super::params::apply(s, &params.tenants)),
+            Err(e) => return Outcome::Failed(format!("draw {k} (seed {seed}): {e}")),
+        }
+    }
+    let seeds: Vec<u64> = if draws.len() > 1 { draws.iter().map(|d| d.spec.seed).collect() } else { Vec::new() };
     let db = inner.db.clone();
     let run_id = spec.id;
     let handle = tokio::runtime::Handle::current();
@@ -45,6 +57,50 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         let mut results = Vec::new();
         let mut points_out = Vec::new();
         for policy in &policies {
+            // One draw at one scale: its figures, None when the run was cancelled.
+            let replay_draw = |draw: &slicesched_sim::Scenario, scale: f64| -> Result<Option<DrawFigures>, String> {
+                let pol = handle.block_on(crate::policies::instantiate(&db, policy));
+                let r = pol.and_then(|mut p| {
+                    let mut make =
+                        || handle.block_on(crate::policies::instantiate(&db, policy)).map(|i| i.into_policy());
+                    let r = replay_blocking(
+                        &draw.with_rate_scale(scale),
+                        p.policy(),
+                        &mut make,
+                        &ctx,
+                        ReplayOptions { kv_migration, replan, plan, ..ReplayOptions::default() },
+                        &mut |_| {},
+                    );
+                    if let Some((plugin, q)) = p.quarantined() {
+                        let back = crate::plugin_host::write_back_quarantine(&db, plugin, run_id, &q);
+                        if let Err(e) = handle.block_on(back) {
+                            tracing::error!(error = %e, %plugin, "writing the plugin's quarantine back failed");
+                        }
+                        // Its points from here on would measure the fallback, and the
+                        // next replay would find no active plugin: end the sweep
+                        // saying why.
+                        return Err(format!(
+                            "policy `{policy}` was quarantined during its replay at rate scale {scale}: {}",
+                            q.cause
+                        ));
+                    }
+                    r
+                });
+                let r = r?;
+                if r.cancelled {
+                    return Ok(None);
+                }
+                let s = &r.summary;
+                Ok(Some(DrawFigures {
+                    requests: s.requests,
+                    violation_rate: s.violation_rate,
+                    violation_at_stop: None,
+                    prompt_tokens_per_s: s.prompt_tokens_per_s,
+                    output_tokens_per_s: s.output_tokens_per_s,
+                    oom_events: s.oom_events,
+                    wall_s: s.timing.sim_wall_s,
+                }))
+            };
             let mut points = Points::default();
             let mut measured: Vec<SweepPoint> = Vec::new();
             let mut failure = None;
@@ -57,57 +113,24 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                         if let Some(m) = measured.iter().find(|m| m.rate_scale == scale) {
                             return m.violation_rate;
                         }
-                        let pol = handle.block_on(crate::policies::instantiate(&db, policy));
-                        let r = pol.and_then(|mut p| {
-                            let mut make =
-                                || handle.block_on(crate::policies::instantiate(&db, policy)).map(|i| i.into_policy());
-                            let r = replay_blocking(
-                                &scenario.with_rate_scale(scale),
-                                p.policy(),
-                                &mut make,
-                                &ctx,
-                                ReplayOptions { kv_migration, replan, plan, ..ReplayOptions::default() },
-                                &mut |_| {},
-                            );
-                            if let Some((plugin, q)) = p.quarantined() {
-                                let back = crate::plugin_host::write_back_quarantine(&db, plugin, run_id, &q);
-                                if let Err(e) = handle.block_on(back) {
-                                    tracing::error!(error = %e, %plugin, "writing the plugin's quarantine back failed");
+                        let mut figures = Vec::with_capacity(draws.len());
+                        for draw in &draws {
+                            match replay_draw(draw, scale) {
+                                Ok(Some(f)) => figures.push(f),
+                                Ok(None) => return 1.0, // cancelled: the run is discarded
+                                Err(e) => {
+                                    failure = Some(e);
+                                    return 1.0;
                                 }
-                                // Its points from here on would measure the fallback, and the
-                                // next replay would find no active plugin: end the sweep
-                                // saying why.
-                                return Err(format!(
-                                    "policy `{policy}` was quarantined during its replay at rate scale {scale}: {}",
-                                    q.cause
-                                ));
                             }
-                            r
-                        });
+                        }
                         replays += 1;
                         let done = results.len() as f64 + (replays as f64 / REPLAYS_PER_SEARCH).min(0.95);
                         let _ = ctx.progress.send((done / searches).min(0.99));
-                        match r {
-                            Ok(r) if r.cancelled => 1.0,
-                            Ok(r) => {
-                                let s = &r.summary;
-                                measured.push(SweepPoint {
-                                    policy: policy.clone(),
-                                    rate_scale: scale,
-                                    violation_rate: s.violation_rate,
-                                    prompt_tokens_per_s: s.prompt_tokens_per_s,
-                                    output_tokens_per_s: s.output_tokens_per_s,
-                                    oom_events: s.oom_events,
-                                    wall_s: s.timing.sim_wall_s,
-                                    stopped_early: false,
-                                });
-                                s.violation_rate
-                            }
-                            Err(e) => {
-                                failure = Some(e);
-                                1.0
-                            }
-                        }
+                        let point = pool_draws(policy, scale, &figures);
+                        let v = point.violation_rate;
+                        measured.push(point);
+                        v
                     },
                     target,
                     &opts,
@@ -127,17 +150,17 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
         let ratios = slicesched_report::goodput_ratios(&results);
         let replay_wall_s = points_out.iter().map(|p| p.wall_s).sum();
         Ok(Some(SweepReport {
-            scenario: scenario.spec.name.clone(),
+            scenario: draws[0].spec.name.clone(),
             precision: opts.precision,
             min_scale: opts.min_scale,
             max_scale: opts.max_scale,
-            refused_share: scenario.refused_share(),
+            refused_share: draws[0].refused_share(),
             kv_migration: kv_migration.name().into(),
             replan: replan.name().into(),
             plan: plan.name().into(),
             scenario_sha256: None,
-            duration_s: scenario.spec.duration_s,
-            seeds: Vec::new(),
+            duration_s: draws[0].spec.duration_s,
+            seeds,
             results,
             ratios,
             points: points_out,

@@ -384,3 +384,55 @@ async fn a_run_replays_with_the_modes_it_asked_for_and_records_them(pool: PgPool
         assert!(v.to_string().contains(field) && v.to_string().contains("known:"), "{v}");
     }
 }
+
+#[sqlx::test(migrator = "slicesched_api::db::MIGRATOR")]
+async fn a_sweep_of_several_draws_counts_the_requests_of_every_draw(pool: PgPool) {
+    let app = slicesched_api::app(state(pool).await);
+    let id = start(
+        &app,
+        json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "violation_targets": [0.09], "seeds": 2 }),
+    )
+    .await;
+    let run = wait_run(&app, &id, finished).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["params"]["seeds"], 2, "{}", run["params"]);
+    let rep = &run["summary"];
+    let smoke = std::fs::read_to_string(repo().join("scenarios/smoke.toml")).unwrap();
+    let file_seed: u64 = 7;
+    assert!(smoke.contains(&format!("\nseed = {file_seed}\n")));
+    let second = slicesched_sim::draw_seed(file_seed, 1);
+    assert_eq!(rep["seeds"], json!([file_seed, second]), "{rep}");
+
+    // A point is the two draws' requests together: replay each draw (the second as an
+    // inline scenario naming its seed) at the point's scale and pool them by hand.
+    let point = &rep["points"].as_array().unwrap()[0];
+    let scale = point["rate_scale"].as_f64().unwrap();
+    let mut requests = 0.0;
+    let mut violating = 0.0;
+    for seed in [file_seed, second] {
+        let text = smoke.replace(&format!("\nseed = {file_seed}\n"), &format!("\nseed = {seed}\n"));
+        let rid = start(
+            &app,
+            json!({ "kind": "replay", "scenario": text, "policy": "dedicated", "rate_scale": scale }),
+        )
+        .await;
+        let r = wait_run(&app, &rid, finished).await;
+        assert_eq!(r["status"], "succeeded", "{r}");
+        let n = r["summary"]["requests"].as_f64().unwrap();
+        requests += n;
+        violating += n * r["summary"]["violation_rate"].as_f64().unwrap();
+    }
+    let pooled = violating / requests;
+    let got = point["violation_rate"].as_f64().unwrap();
+    assert!((got - pooled).abs() <= 1e-12, "point {got}, two draws pooled {pooled}");
+
+    // Draws are a sweep's: a replay takes none, and a sweep from 1 to 8.
+    for (body, field) in [
+        (json!({ "kind": "replay", "scenario": "smoke", "policy": "dedicated", "seeds": 2 }), "seeds"),
+        (json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "seeds": 0 }), "seeds"),
+        (json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "seeds": 9 }), "seeds"),
+    ] {
+        let (s, v) = post(&app, "/api/v1/runs", ADMIN, body.clone()).await;
+        assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{body}: {v}");
+    }
+}

@@ -66,6 +66,40 @@ pub struct SweepPoint {
     pub stopped_early: bool,
 }
 
+/// What one draw of a scenario measured at one rate scale (`sweep --seeds`, a control
+/// plane sweep's `seeds`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DrawFigures {
+    pub requests: u64,
+    pub violation_rate: f64,
+    /// The share known to violate when the replay stopped early (a lower bound).
+    pub violation_at_stop: Option<f64>,
+    pub prompt_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub oom_events: u64,
+    pub wall_s: f64,
+}
+
+/// A point from its draws, in draw order (so the figures do not depend on which replay
+/// ended first): the violation rate of all their requests together (a draw with more
+/// requests weighs more, as one long replay would), the mean throughput, every OOM.
+pub fn pool_draws(policy: &str, rate_scale: f64, draws: &[DrawFigures]) -> SweepPoint {
+    let n = draws.len().max(1) as f64;
+    let requests: u64 = draws.iter().map(|d| d.requests).sum();
+    let violating: f64 = draws.iter().map(|d| d.violation_rate * d.requests as f64).sum();
+    let stopped_at = draws.iter().find_map(|d| d.violation_at_stop);
+    SweepPoint {
+        policy: policy.to_string(),
+        rate_scale,
+        stopped_early: stopped_at.is_some(),
+        violation_rate: stopped_at.unwrap_or(if requests > 0 { violating / requests as f64 } else { 0.0 }),
+        prompt_tokens_per_s: draws.iter().map(|d| d.prompt_tokens_per_s).sum::<f64>() / n,
+        output_tokens_per_s: draws.iter().map(|d| d.output_tokens_per_s).sum::<f64>() / n,
+        oom_events: draws.iter().map(|d| d.oom_events).sum(),
+        wall_s: draws.iter().map(|d| d.wall_s).sum(),
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SweepTiming {
     pub wall_s: f64,

@@ -51,6 +51,6 @@ pub use planner::{
 };
 pub use record::{DecisionRecord, OpRecord, OpWindow};
 pub use replay::{replay, replay_with, Progress, ReplayOptions, ReplayResult};
-pub use scenario::{Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};
+pub use scenario::{draw_seed, Scenario, ScenarioError, ScenarioSpec, TenantSetup, TenantSpec};
 pub use summary::{dropped_by_reason, RequestStats};
 pub use totals::RequestCounts;

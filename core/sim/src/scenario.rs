@@ -168,6 +168,16 @@ pub struct Scenario {
     pub guest_reserve: Vec<u64>,
 }
 
+/// The seed of draw `k` of a scenario whose file says `seed` (draw 0 is the file's own):
+/// `replay --seed`, `sweep --seeds K` and the API's sweeps of several draws name their
+/// draws by it. A tenant's load is drawn from the scenario's seed plus its index, so
+/// draws are a large odd stride apart: no draw's tenant shares another draw's tenant's
+/// seed. Taken modulo 2^63 so that every draw can be written as a scenario's `seed`
+/// (TOML integers are signed 64-bit).
+pub fn draw_seed(seed: u64, k: u32) -> u64 {
+    seed.wrapping_add(u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15)) & (i64::MAX as u64)
+}
+
 impl Scenario {
     pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
         Self::from_file_for(path, None)

@@ -214,3 +214,22 @@ fn only_a_tenant_whose_load_outgrows_its_home_gets_copies() {
     assert!(busy.deployment.replicas(slicesched_gmg::TenantId(0)).count() == 1, "{:?}", busy.deployment.homes);
     assert_eq!(busy.deployment.replicas(slicesched_gmg::TenantId(1)).count(), 0);
 }
+
+#[test]
+fn every_draw_of_a_scenario_can_be_written_as_its_seed() {
+    // A sweep lists its draws' seeds; a user copies one into a scenario file to replay
+    // that draw alone, and TOML integers are signed 64-bit.
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/smoke.toml");
+    let text = std::fs::read_to_string(&p).unwrap();
+    for base in [0, 7, i64::MAX as u64, u64::MAX] {
+        let draws: Vec<u64> = (0..8).map(|k| slicesched_sim::draw_seed(base, k)).collect();
+        let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
+        assert_eq!(distinct.len(), draws.len(), "{draws:?}");
+        for (k, &seed) in draws.iter().enumerate().skip(1) {
+            let spec: slicesched_sim::ScenarioSpec = toml::from_str(&text.replace("\nseed = 7\n", &format!("\nseed = {seed}\n")))
+                .unwrap_or_else(|e| panic!("draw {k} of {base}: seed {seed}: {e}"));
+            assert_eq!(spec.seed, seed);
+        }
+    }
+    assert_eq!(slicesched_sim::draw_seed(7, 0), 7, "draw 0 is the file's own");
+}

@@ -10,6 +10,7 @@ import { badge, empty, link, section, table } from '../ui';
 import type { Page } from './page';
 import { compareRuns } from './compare-runs';
 import { exportPanel } from './export';
+import { paramsPanel } from './run';
 import { compareHref } from './selection';
 
 export const comparePage: Page = async (main, ctx) => {
@@ -49,7 +50,9 @@ export const comparePage: Page = async (main, ctx) => {
       xLabel: 'arrival-rate scale (log)', yLabel: 'SLA violation rate', xLog: true, yMax: maxV, width: 760, height: 300,
       yFormat: (v) => `${Math.round(v * 100)}%`, hlines: targets.map((t) => ({ y: t, label: `target ${pct(t, 0)}` })),
     })),
-    h('p', { class: 'hint' }, 'Each dot is one full replay; rates above the chart are clipped. Dashed lines: violation targets.')));
+    h('p', { class: 'hint', 'data-testid': 'sweep-dots' }, (rep.seeds?.length ?? 0) > 1
+      ? `Each dot is ${rep.seeds!.length} full replays, one per draw of the scenario, their requests counted together; rates above the chart are clipped. Dashed lines: violation targets.`
+      : 'Each dot is one full replay; rates above the chart are clipped. Dashed lines: violation targets.')));
 
   const ratioOf = (p: string, t: number) => rep.ratios.find((r) => r.policy === p && r.target === t)?.goodput_vs_dedicated ?? null;
   main.append(section('Goodput (highest rate scale under each target)', table(
@@ -66,6 +69,7 @@ export const comparePage: Page = async (main, ctx) => {
       : h('p', { class: 'hint' }, `No ratio: dedicated sustains no rate tried at ${pct(t, 0)} violations (or no policy does).`))))));
 
   main.append(section('Export', exportPanel(run)));
+  main.append(section('How this run ran', paramsPanel(run)));
 
   // Replays of the same scenario, side by side.
   const replays = await api<ApiPage<Run>>(`/runs${qs({ kind: 'replay', scenario: rep.scenario, status: 'succeeded', limit: 50 })}`)

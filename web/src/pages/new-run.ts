@@ -15,6 +15,9 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
   const policyBox = h('fieldset', { 'data-testid': 'policy-choices' }, h('legend', null, 'Policies'), h('span', { class: 'hint' }, 'Loading policies…'));
   const rate = h('input', { type: 'number', name: 'rate_scale', min: '0.05', max: '64', step: '0.05', placeholder: '1' });
   const targets = h('input', { name: 'violation_targets', placeholder: '0.01,0.09' });
+  // At a 1% target a few bursts decide one draw's answer; several draws judge a point on
+  // all their requests together, at as many times the replays.
+  const draws = h('input', { type: 'number', name: 'seeds', min: '1', max: '8', step: '1', placeholder: '1' });
   // The core's modes (README: "KV that moves", "Copies that come and go"); the defaults
   // are sent as nothing, so the run records the service's defaults.
   const option = (v: string, label: string) => h('option', { value: v }, label);
@@ -40,6 +43,7 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
     if (kind.value === 'sweep' && targets.value.trim()) {
       body.violation_targets = targets.value.split(',').map((t) => Number(t.trim()));
     }
+    if (kind.value === 'sweep' && draws.value) body.seeds = Number(draws.value);
     try {
       const run = await api<Run>('/runs', { method: 'POST', body: JSON.stringify(body) });
       msg.textContent = '';
@@ -54,6 +58,8 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
   policyBox,
   h('label', null, 'Rate scale', rate),
   h('label', null, 'Violation targets (sweep)', targets),
+  h('label', { title: 'Draws of the scenario replayed at every rate scale: the file’s seed and more; a point counts all their requests' },
+    'Draws per point (sweep)', draws),
   h('label', null, 'KV migration', kvMigration),
   h('label', null, 'Copies', replan),
   h('label', null, 'Plan', plan),

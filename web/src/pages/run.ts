@@ -94,6 +94,10 @@ export function paramsPanel(run: Run): HTMLElement {
       h('code', { title: f.sha256 }, f.sha256.slice(0, 16))))),
     ...(run.kind === 'replay' ? [row('Rate scale', `${p.rate_scale ?? 1}×`)] : []),
     ...(p.violation_targets ? [row('Violation targets', p.violation_targets.map((t) => pct(t)).join(', '))] : []),
+    // The draws' own seeds are past what a JS number holds exactly: the count, and how
+    // they are drawn, rather than digits that would be wrong.
+    ...(run.kind === 'sweep' && (p.seeds ?? 1) > 1
+      ? [row('Draws per point', `${p.seeds}: seed ${p.seed}, then seed + k·0x9E3779B97F4A7C15 mod 2⁶³; a point counts all their requests`)] : []),
     ...p.policies.map((x) => row(`Policy ${x.name}`, h('span', null, `${x.name} ${x.version} · ${x.kind} · interface ${x.interface_version} · `, h('code', { title: x.sha256 }, x.sha256.slice(0, 16))))),
     ...p.tenants.map((t) => row(`SLA of ${t.scenario_tenant}`, h('span', null, link(`#/tenants/${t.tenant_id}`, t.tenant),
       ` v${t.sla_version} (${t.matched_by === 'request' ? 'named in the request' : 'matched by name'}): TTFT ${ms(t.ttft_ms)}${t.ttft_ms_per_1k ? ` + ${ms(t.ttft_ms_per_1k)}/1k` : ''}, TPOT ${ms(t.tpot_ms)}; the scenario file said TTFT ${ms(t.scenario_sla.ttft_ms)}, TPOT ${ms(t.scenario_sla.tpot_ms)}`))),
