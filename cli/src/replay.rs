@@ -27,8 +27,13 @@ pub struct Args {
     /// Replay another draw of the scenario: its `seed` replaced by this one (synthetic
     /// loads are drawn again; traces read from files keep their requests, and `split`s
     /// their own seeds). `sweep --seeds K` replays the draws `slicesched_sim::draw_seed` names.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "draw")]
     seed: Option<u64>,
+    /// Replay draw K of the scenario: the one `sweep --seeds` replays as its (K+1)-th
+    /// (`slicesched_sim::draw_seed` of the file's seed; 0 is the file's own), so one draw
+    /// of a sweep's point can be looked at alone.
+    #[arg(long)]
+    draw: Option<u32>,
     /// When a running request's KV may move to another instance of its tenant: `off`,
     /// `memory` (when a queue waits for KV blocks), `load` (also to shed the load of an
     /// instance that is behind).
@@ -83,7 +88,11 @@ pub fn replay_with_progress(
 
 pub fn run(a: Args) -> Result<()> {
     // `--rate-scale` and `--duration-s` are finite and positive: clap checks them (`args::positive`).
-    let mut scenario = crate::sweep::load_drawn(&a.scenario, a.duration_s, a.seed)?;
+    let seed = match a.draw {
+        Some(k) => Some(slicesched_sim::draw_seed(crate::sweep::load(&a.scenario, a.duration_s)?.spec.seed, k)),
+        None => a.seed,
+    };
+    let mut scenario = crate::sweep::load_drawn(&a.scenario, a.duration_s, seed)?;
     if a.rate_scale != 1.0 {
         scenario = scenario.with_rate_scale(a.rate_scale);
     }

@@ -192,7 +192,9 @@ fn a_point_of_several_draws_counts_the_requests_of_every_draw() {
         let dir = out.join(format!("draw-{k}"));
         let o = bin()
             .args(["replay", "--scenario", "scenarios/smoke.toml", "--policy", "dedicated", "--quiet"])
-            .args(["--seed", &seed.to_string(), "--rate-scale", &scale.to_string(), "--out"])
+            // The first by its seed, the second by its index: `--draw K` names draw K.
+            .args(if k == 0 { ["--seed".to_string(), seed.to_string()] } else { ["--draw".to_string(), k.to_string()] })
+            .args(["--rate-scale", &scale.to_string(), "--out"])
             .arg(&dir)
             .output()
             .unwrap();

@@ -41,6 +41,8 @@ export interface RunParams {
   violation_targets: number[] | null; policies: ResolvedPolicy[]; core: Record<string, string | number | boolean>;
   /** Sweeps: draws replayed at every scale (absent on older runs: one). */
   seeds?: number;
+  /** Replays: which draw of the scenario (0 or absent: its own seed). */
+  draw?: number;
   tenants: AppliedSla[];
   /** The files the scenario names, hashed when the run was accepted (absent on older runs). */
   inputs?: InputFile[];

@@ -210,7 +210,7 @@ describe('plugins from the UI', () => {
 });
 
 describe('sweeps of several draws', () => {
-  test('a sweep of two draws started from the form replays both and its page says so', async () => {
+  test('a sweep of two draws started from the form replays both and its page says so; one draw replays alone', async () => {
     const page = await newPage(browser);
     await signIn(page, ADMIN);
     await page.click('summary:has-text("New run")');
@@ -240,6 +240,29 @@ describe('sweeps of several draws', () => {
     assert.match(await page.textContent('[data-testid=sweep-dots]'), /Each dot is 2 full replays, one per draw/);
     await page.waitForSelector('[data-testid=run-params]');
     assert.match(await page.textContent('[data-testid=run-params]'), /Draws per point\s*2: seed 7,/);
+
+    // The second draw alone, as a replay from the same form.
+    await page.click('nav a:has-text("Runs")');
+    await page.click('summary:has-text("New run")');
+    await page.waitForSelector('[data-testid=policy-choices] input[value=dedicated]');
+    await page.selectOption('select[name=kind]', 'replay');
+    await page.selectOption('select[name=scenario]', 'smoke');
+    for (const b of await page.$$('[data-testid=policy-choices] input:checked')) await b.uncheck();
+    await page.check('[data-testid=policy-choices] input[value=dedicated]');
+    await page.fill('input[name=draw]', '1');
+    const seen = new Set((await api('/runs?kind=replay&limit=100', ADMIN)).items.map((r) => r.id));
+    await page.click('details.new-run button[type=submit]');
+    let one = null;
+    for (let k = 0; k < 100 && !one; k++) {
+      one = (await api('/runs?kind=replay&limit=100', ADMIN)).items.find((r) => !seen.has(r.id)) ?? null;
+      if (!one) await page.waitForTimeout(100);
+    }
+    assert.ok(one, 'the form started a replay');
+    const drawn = await waitRun(one.id);
+    assert.equal(drawn.params.draw, 1);
+    await page.goto(`${BASE}/#/runs/${one.id}`);
+    await page.waitForSelector('[data-testid=run-params]');
+    assert.match(await page.textContent('[data-testid=run-params]'), /Seed\s*7, draw 1 \(/);
     noErrors(page);
   });
 });

@@ -48,6 +48,9 @@ pub struct RunPage {
 /// Most draws a sweep replays at every scale (`NewRun::seeds`): each costs a whole
 /// sweep's replays.
 pub const MAX_SEEDS: u32 = 8;
+/// Highest draw a replay may name (`NewRun::draw`): a draw is any seed, this only keeps
+/// the number one a person would type.
+pub const MAX_DRAW: u32 = 1_000_000;
 
 /// What to run.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -71,6 +74,11 @@ pub struct NewRun {
     /// the draws' requests together, so a target of 1% is judged on K times the
     /// requests; the run costs K times the replays. The summary's `seeds` lists them.
     pub seeds: Option<u32>,
+    /// Replays only: which draw of the scenario to replay, 0 (default: its own `seed`) or
+    /// k (seed + k·0x9E3779B97F4A7C15 modulo 2^63: the draw a sweep of more than k `seeds`
+    /// replays as its (k+1)-th), so one draw of a sweep's point can be looked at alone.
+    /// As `slicesched replay --draw`.
+    pub draw: Option<u32>,
     /// Which registered tenant each scenario tenant is: scenario tenant name → tenant
     /// id. A scenario tenant not named here is the registered tenant of the same name,
     /// if there is one. Either way the tenant's SLA in force when the run starts
@@ -187,6 +195,7 @@ pub(crate) async fn start(
     let modes = check_modes(body)?;
     let mut params = run_params(st, &resolved, &policies, rate_scale, &targets, modes).await?;
     params.seeds = draws;
+    params.draw = body.draw.unwrap_or(0);
     let params_json = serde_json::to_value(&params).map_err(|e| ApiError::Internal(e.to_string()))?;
     let id = Uuid::new_v4();
     let kind = body.kind.as_str();
@@ -270,6 +279,7 @@ async fn run_params(
         rate_scale: if targets.is_none() { Some(rate_scale.unwrap_or(1.0)) } else { None },
         violation_targets: targets.clone(),
         seeds: 1,
+        draw: 0,
         policies: out,
         core: params::core_options(st.config.record_max_ops, modes),
         tenants: Vec::new(),
@@ -325,6 +335,9 @@ fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {
             if body.seeds.is_some() {
                 return Err(ApiError::invalid("seeds", "only sweeps replay several draws"));
             }
+            if body.draw.is_some_and(|k| k > MAX_DRAW) {
+                return Err(ApiError::invalid("draw", format!("0 to {MAX_DRAW}")));
+            }
             if let Some(s) = body.rate_scale {
                 if !(s.is_finite() && s > 0.0 && s <= 64.0) {
                     return Err(ApiError::invalid("rate_scale", "must be in (0, 64]"));
@@ -339,6 +352,9 @@ fn check_knobs(body: &NewRun) -> ApiResult<(Option<f64>, Option<Vec<f64>>)> {
             let t = body.violation_targets.clone().unwrap_or_else(|| vec![0.01, 0.09]);
             if t.is_empty() || t.len() > 5 || t.iter().any(|x| !(x.is_finite() && *x > 0.0 && *x < 1.0)) {
                 return Err(ApiError::invalid("violation_targets", "1 to 5 fractions, each in (0, 1)"));
+            }
+            if body.draw.is_some() {
+                return Err(ApiError::invalid("draw", "a sweep names its draws by `seeds`"));
             }
             if body.seeds.is_some_and(|k| !(1..=MAX_SEEDS).contains(&k)) {
                 return Err(ApiError::invalid("seeds", format!("1 to {MAX_SEEDS} draws")));

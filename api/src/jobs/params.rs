@@ -115,6 +115,13 @@ fn one_draw() -> u32 {
     1
 }
 
+impl RunParams {
+    /// The seed the scenario replays with where it is not the file's own (`draw` > 0).
+    pub fn drawn_seed(&self) -> Option<u64> {
+        (self.draw > 0).then(|| slicesched_sim::draw_seed(self.seed, self.draw))
+    }
+}
+
 /// Every parameter of a run.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct RunParams {
@@ -130,6 +137,11 @@ pub struct RunParams {
     /// replays and for runs stored before this was recorded.
     #[serde(default = "one_draw")]
     pub seeds: u32,
+    /// Replays: which draw of the scenario was replayed, 0 (its own `seed`, and for runs
+    /// stored before this was recorded) or k (seed `slicesched_sim::draw_seed(seed, k)`:
+    /// the draw a sweep of more than k `seeds` replays as its (k+1)-th).
+    #[serde(default)]
+    pub draw: u32,
     /// In the order the run names them (one for a replay).
     pub policies: Vec<ResolvedPolicy>,
     pub core: CoreOptions,

@@ -60,6 +60,7 @@ pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) ->
         rate_scale: spec.rate_scale,
         violation_targets: spec.violation_targets.clone(),
         seeds: 1,
+        draw: 0,
         policies,
         // Queued before runs recorded their parameters: the core's defaults then.
         core: params::core_options(
@@ -71,13 +72,9 @@ pub(super) async fn params_of(inner: &Inner, spec: &crate::db::runs::RunSpec) ->
     })
 }
 
-/// Loads the run's scenario (blocking: it reads trace files) with its rate scale.
-pub(super) async fn load_scenario(inner: &Inner, spec: &crate::db::runs::RunSpec) -> Result<Scenario, String> {
-    load_draw(inner, spec, None).await
-}
-
-/// [`load_scenario`] with its seed replaced by `seed` where one is given (another draw
-/// of the scenario: a sweep's `seeds`).
+/// Loads the run's scenario (blocking: it reads trace files) with its rate scale, and
+/// its seed replaced by `seed` where one is given (another draw of the scenario: a
+/// replay's `draw`, a sweep's `seeds`).
 pub(super) async fn load_draw(
     inner: &Inner,
     spec: &crate::db::runs::RunSpec,
@@ -109,8 +106,10 @@ pub(super) async fn start(
     spec: &crate::db::runs::RunSpec,
     params: &mut params::RunParams,
 ) -> Result<(Scenario, params::Modes), String> {
-    let scenario = load_scenario(inner, spec).await?;
-    params.seed = scenario.spec.seed;
+    let scenario = load_draw(inner, spec, params.drawn_seed()).await?;
+    if params.draw == 0 {
+        params.seed = scenario.spec.seed;
+    }
     params.tenants = params::attribute(&inner.db, &params::scenario_slas(&scenario), &requested_tenants(spec)).await?;
     params::record_start(&inner.db, spec.id, params)
         .await

@@ -5,7 +5,7 @@
 //! violation spike are queued this way; users queue any other window through the API.
 
 use super::params::{self, RunParams};
-use super::replay::{load_scenario, replay_blocking};
+use super::replay::{load_draw, replay_blocking};
 use super::{Ctx, Inner};
 use crate::db::windows::{self, Window};
 use slicesched_sim::{OpWindow, ReplayOptions, ReplayResult};
@@ -89,7 +89,7 @@ pub(super) async fn execute(inner: &Arc<Inner>, w: Window, ctx: Ctx) -> Result<(
     let policy = p.policies.first().cloned().ok_or("the run names no policy")?;
     // The window replays what the run replayed, modes included.
     let (kv_migration, replan, plan) = p.core.modes()?;
-    let scenario = params::apply(load_scenario(inner, &spec).await?, &p.tenants);
+    let scenario = params::apply(load_draw(inner, &spec, p.drawn_seed()).await?, &p.tenants);
     let mut instance = params::instantiate(&inner.db, &policy, false).await?;
     let max_ops = inner.config.record_max_ops as usize;
     let window = OpWindow::once(w.from_ns as u64, w.to_ns as u64, max_ops);

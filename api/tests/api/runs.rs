@@ -409,6 +409,7 @@ async fn a_sweep_of_several_draws_counts_the_requests_of_every_draw(pool: PgPool
     let scale = point["rate_scale"].as_f64().unwrap();
     let mut requests = 0.0;
     let mut violating = 0.0;
+    let mut inline_second = Value::Null;
     for seed in [file_seed, second] {
         let text = smoke.replace(&format!("\nseed = {file_seed}\n"), &format!("\nseed = {seed}\n"));
         let rid = start(
@@ -421,16 +422,32 @@ async fn a_sweep_of_several_draws_counts_the_requests_of_every_draw(pool: PgPool
         let n = r["summary"]["requests"].as_f64().unwrap();
         requests += n;
         violating += n * r["summary"]["violation_rate"].as_f64().unwrap();
+        inline_second = r["summary"].clone();
     }
     let pooled = violating / requests;
     let got = point["violation_rate"].as_f64().unwrap();
     assert!((got - pooled).abs() <= 1e-12, "point {got}, two draws pooled {pooled}");
+
+    // A replay of draw 1 of the shipped scenario is that second draw, and says so.
+    let rid = start(
+        &app,
+        json!({ "kind": "replay", "scenario": "smoke", "policy": "dedicated", "rate_scale": scale, "draw": 1 }),
+    )
+    .await;
+    let r = wait_run(&app, &rid, finished).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!((r["params"]["seed"].as_u64(), r["params"]["draw"].as_u64()), (Some(file_seed), Some(1)));
+    for k in ["seed", "requests", "violation_rate", "output_tokens_per_s", "ttft_p99_ms", "op_events"] {
+        assert_eq!(r["summary"][k], inline_second[k], "{k}");
+    }
 
     // Draws are a sweep's: a replay takes none, and a sweep from 1 to 8.
     for (body, field) in [
         (json!({ "kind": "replay", "scenario": "smoke", "policy": "dedicated", "seeds": 2 }), "seeds"),
         (json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "seeds": 0 }), "seeds"),
         (json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "seeds": 9 }), "seeds"),
+        (json!({ "kind": "sweep", "scenario": "smoke", "policies": ["dedicated"], "draw": 1 }), "draw"),
+        (json!({ "kind": "replay", "scenario": "smoke", "policy": "dedicated", "draw": 1_000_001 }), "draw"),
     ] {
         let (s, v) = post(&app, "/api/v1/runs", ADMIN, body.clone()).await;
         assert_eq!((s, v["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{body}: {v}");

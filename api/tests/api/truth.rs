@@ -44,7 +44,10 @@ async fn the_timeline_covers_the_whole_run_and_records_any_window_on_demand(pool
     let mut c = config();
     c.record_max_ops = 20_000; // the start window ends within the first seconds
     let app = slicesched_api::app(state_with(pool.clone(), c).await);
-    let run = replay(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "slice" })).await;
+    // Another draw than the file's: a window re-replays the run's own draw (its ops
+    // match the stored buckets below only if it does).
+    let run = replay(&app, json!({ "kind": "replay", "scenario": "smoke", "policy": "slice", "draw": 1 })).await;
+    assert_eq!(run["summary"]["seed"].as_u64(), Some(slicesched_sim::draw_seed(7, 1)));
     let id = run["id"].as_str().unwrap();
     let end = (run["summary"]["duration_s"].as_f64().unwrap() * 1e9) as i64;
 

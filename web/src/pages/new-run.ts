@@ -18,6 +18,8 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
   // At a 1% target a few bursts decide one draw's answer; several draws judge a point on
   // all their requests together, at as many times the replays.
   const draws = h('input', { type: 'number', name: 'seeds', min: '1', max: '8', step: '1', placeholder: '1' });
+  // One of those draws alone, by its index (its seed is past what a JS number holds).
+  const draw = h('input', { type: 'number', name: 'draw', min: '0', max: '1000000', step: '1', placeholder: '0' });
   // The core's modes (README: "KV that moves", "Copies that come and go"); the defaults
   // are sent as nothing, so the run records the service's defaults.
   const option = (v: string, label: string) => h('option', { value: v }, label);
@@ -44,6 +46,7 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
       body.violation_targets = targets.value.split(',').map((t) => Number(t.trim()));
     }
     if (kind.value === 'sweep' && draws.value) body.seeds = Number(draws.value);
+    if (kind.value === 'replay' && draw.value && Number(draw.value) !== 0) body.draw = Number(draw.value);
     try {
       const run = await api<Run>('/runs', { method: 'POST', body: JSON.stringify(body) });
       msg.textContent = '';
@@ -60,6 +63,8 @@ export function newRunForm(started: (r: Run) => void): HTMLElement {
   h('label', null, 'Violation targets (sweep)', targets),
   h('label', { title: 'Draws of the scenario replayed at every rate scale: the file’s seed and more; a point counts all their requests' },
     'Draws per point (sweep)', draws),
+  h('label', { title: 'Which draw of the scenario: 0 is its own seed, k the draw a sweep of more than k draws replays as its (k+1)-th' },
+    'Draw (replay)', draw),
   h('label', null, 'KV migration', kvMigration),
   h('label', null, 'Copies', replan),
   h('label', null, 'Plan', plan),

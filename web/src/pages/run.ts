@@ -89,7 +89,8 @@ export function paramsPanel(run: Run): HTMLElement {
   if (!p) return h('p', { class: 'hint', 'data-testid': 'run-params' }, 'This run was stored before runs recorded their parameters.');
   const row = (k: string, v: string | HTMLElement) => [k, v];
   const rows: (string | HTMLElement)[][] = [
-    row('Scenario', p.scenario), row('Scenario SHA-256', h('code', null, p.scenario_sha256)), row('Seed', String(p.seed)),
+    row('Scenario', p.scenario), row('Scenario SHA-256', h('code', null, p.scenario_sha256)),
+    row('Seed', p.draw ? `${p.seed}, draw ${p.draw} (seed + ${p.draw}·0x9E3779B97F4A7C15 mod 2⁶³)` : String(p.seed)),
     ...(p.inputs ?? []).map((f) => row(`File ${f.path}`, h('span', null, `${f.role} · ${num(f.bytes)} bytes · SHA-256 `,
       h('code', { title: f.sha256 }, f.sha256.slice(0, 16))))),
     ...(run.kind === 'replay' ? [row('Rate scale', `${p.rate_scale ?? 1}×`)] : []),
