@@ -209,31 +209,36 @@ describe('plugins from the UI', () => {
   });
 });
 
+/** Starts a run of `dedicated` on smoke from the new-run form, with these inputs filled; the new run. */
+async function startFromForm(page, kind, fields) {
+  await page.click('nav a:has-text("Runs")');
+  await page.click('summary:has-text("New run")');
+  await page.waitForSelector('[data-testid=policy-choices] input[value=dedicated]');
+  await page.selectOption('select[name=kind]', kind);
+  await page.waitForSelector('select[name=scenario] option[value=smoke]', { state: 'attached' });
+  await page.selectOption('select[name=scenario]', 'smoke');
+  for (const b of await page.$$('[data-testid=policy-choices] input:checked')) await b.uncheck();
+  await page.check('[data-testid=policy-choices] input[value=dedicated]');
+  for (const [name, value] of Object.entries(fields)) await page.fill(`input[name=${name}]`, value);
+  const list = `/runs?kind=${kind}&limit=100`;
+  const before = new Set((await api(list, ADMIN)).items.map((r) => r.id));
+  await page.click('details.new-run button[type=submit]');
+  for (let k = 0; k < 100; k++) {
+    const run = (await api(list, ADMIN)).items.find((r) => !before.has(r.id));
+    if (run) return waitRun(run.id);
+    await page.waitForTimeout(100);
+  }
+  throw new Error(`the form started no ${kind}`);
+}
+
 describe('sweeps of several draws', () => {
   test('a sweep of two draws started from the form replays both and its page says so; one draw replays alone', async () => {
     const page = await newPage(browser);
     await signIn(page, ADMIN);
-    await page.click('summary:has-text("New run")');
-    await page.waitForSelector('[data-testid=policy-choices] input[value=dedicated]');
-    await page.selectOption('select[name=kind]', 'sweep');
-    await page.waitForSelector('select[name=scenario] option[value=smoke]', { state: 'attached' });
-    await page.selectOption('select[name=scenario]', 'smoke');
-    for (const b of await page.$$('[data-testid=policy-choices] input:checked')) await b.uncheck();
-    await page.check('[data-testid=policy-choices] input[value=dedicated]');
-    await page.fill('input[name=violation_targets]', '0.09');
-    await page.fill('input[name=seeds]', '2');
-    const before = new Set((await api('/runs?kind=sweep&limit=100', ADMIN)).items.map((r) => r.id));
-    await page.click('details.new-run button[type=submit]');
-    let run = null;
-    for (let k = 0; k < 100 && !run; k++) {
-      run = (await api('/runs?kind=sweep&limit=100', ADMIN)).items.find((r) => !before.has(r.id)) ?? null;
-      if (!run) await page.waitForTimeout(100);
-    }
-    assert.ok(run, 'the form started a sweep');
-    const done = await waitRun(run.id);
+    const done = await startFromForm(page, 'sweep', { violation_targets: '0.09', seeds: '2' });
     assert.equal(done.params.seeds, 2);
     assert.equal(done.summary.seeds.length, 2, 'the summary lists both draws');
-    await page.goto(`${BASE}/#/runs/${run.id}`);
+    await page.goto(`${BASE}/#/runs/${done.id}`);
     // A finished sweep opens on its results: each dot says it is two replays, and the
     // parameters say how they were drawn.
     await page.waitForSelector('[data-testid=sweep-dots]');
@@ -242,25 +247,9 @@ describe('sweeps of several draws', () => {
     assert.match(await page.textContent('[data-testid=run-params]'), /Draws per point\s*2: seed 7,/);
 
     // The second draw alone, as a replay from the same form.
-    await page.click('nav a:has-text("Runs")');
-    await page.click('summary:has-text("New run")');
-    await page.waitForSelector('[data-testid=policy-choices] input[value=dedicated]');
-    await page.selectOption('select[name=kind]', 'replay');
-    await page.selectOption('select[name=scenario]', 'smoke');
-    for (const b of await page.$$('[data-testid=policy-choices] input:checked')) await b.uncheck();
-    await page.check('[data-testid=policy-choices] input[value=dedicated]');
-    await page.fill('input[name=draw]', '1');
-    const seen = new Set((await api('/runs?kind=replay&limit=100', ADMIN)).items.map((r) => r.id));
-    await page.click('details.new-run button[type=submit]');
-    let one = null;
-    for (let k = 0; k < 100 && !one; k++) {
-      one = (await api('/runs?kind=replay&limit=100', ADMIN)).items.find((r) => !seen.has(r.id)) ?? null;
-      if (!one) await page.waitForTimeout(100);
-    }
-    assert.ok(one, 'the form started a replay');
-    const drawn = await waitRun(one.id);
+    const drawn = await startFromForm(page, 'replay', { draw: '1' });
     assert.equal(drawn.params.draw, 1);
-    await page.goto(`${BASE}/#/runs/${one.id}`);
+    await page.goto(`${BASE}/#/runs/${drawn.id}`);
     await page.waitForSelector('[data-testid=run-params]');
     assert.match(await page.textContent('[data-testid=run-params]'), /Seed\s*7, draw 1 \(/);
     noErrors(page);
