@@ -177,8 +177,7 @@ pub fn resolve(cfg: &Config, scenario: &str, searches: u64, draws: u64, rate_sca
 /// Loads a run's stored scenario again (in the job): the requests are generated here.
 /// Relative paths resolve against the scenarios folder, as when it was accepted.
 pub fn load(dir: &Path, name: &str, toml_text: &str, seed: Option<u64>) -> Result<Scenario, String> {
-    let mut spec: ScenarioSpec =
-        toml::from_str(toml_text).map_err(|e| crate::text::one_line(&e.to_string(), 1024))?;
+    let mut spec: ScenarioSpec = toml::from_str(toml_text).map_err(|e| crate::text::one_line(&e.to_string(), 1024))?;
     spec.seed = seed.unwrap_or(spec.seed);
     let root = dir.canonicalize().ok().and_then(|d| d.parent().map(Path::to_path_buf)).unwrap_or_default();
     Scenario::from_spec(spec, Path::new(name), dir).map_err(|e| crate::text::scrub(&e.to_string(), &[&root, dir]))

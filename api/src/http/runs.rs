@@ -189,8 +189,8 @@ pub(crate) async fn start(
     let draws = body.seeds.unwrap_or(1);
     let resolved =
         tokio::task::spawn_blocking(move || crate::scenarios::resolve(&cfg, &text, searches, u64::from(draws), scale))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))??;
     let tenant_map = check_tenants(st, body, &resolved.tenant_names).await?;
     let modes = check_modes(body)?;
     let mut params = run_params(st, &resolved, &policies, rate_scale, &targets, modes).await?;

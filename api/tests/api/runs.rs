@@ -412,11 +412,9 @@ async fn a_sweep_of_several_draws_counts_the_requests_of_every_draw(pool: PgPool
     let mut inline_second = Value::Null;
     for seed in [file_seed, second] {
         let text = smoke.replace(&format!("\nseed = {file_seed}\n"), &format!("\nseed = {seed}\n"));
-        let rid = start(
-            &app,
-            json!({ "kind": "replay", "scenario": text, "policy": "dedicated", "rate_scale": scale }),
-        )
-        .await;
+        let rid =
+            start(&app, json!({ "kind": "replay", "scenario": text, "policy": "dedicated", "rate_scale": scale }))
+                .await;
         let r = wait_run(&app, &rid, finished).await;
         assert_eq!(r["status"], "succeeded", "{r}");
         let n = r["summary"]["requests"].as_f64().unwrap();

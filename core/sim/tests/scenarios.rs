@@ -226,8 +226,9 @@ fn every_draw_of_a_scenario_can_be_written_as_its_seed() {
         let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
         assert_eq!(distinct.len(), draws.len(), "{draws:?}");
         for (k, &seed) in draws.iter().enumerate().skip(1) {
-            let spec: slicesched_sim::ScenarioSpec = toml::from_str(&text.replace("\nseed = 7\n", &format!("\nseed = {seed}\n")))
-                .unwrap_or_else(|e| panic!("draw {k} of {base}: seed {seed}: {e}"));
+            let spec: slicesched_sim::ScenarioSpec =
+                toml::from_str(&text.replace("\nseed = 7\n", &format!("\nseed = {seed}\n")))
+                    .unwrap_or_else(|e| panic!("draw {k} of {base}: seed {seed}: {e}"));
             assert_eq!(spec.seed, seed);
         }
     }
