@@ -11,13 +11,23 @@ export function rateLabel(run: Run): string | null {
   return `${+s.toPrecision(4)}×`;
 }
 
-/** "smoke · slice 0.3.0 (wasm) · 0.5×"; a trial: "smoke · mine 0.1.0 (wasm, trial) · 1×" */
+/** "draw 2": a replay of another draw than the scenario's own; "3 draws": a sweep whose
+ * every point pooled that many. Two runs alike in all else differ here. */
+export function drawLabel(run: Run): string | null {
+  const p = run.params;
+  if (run.kind === 'replay' && p?.draw) return `draw ${p.draw}`;
+  if (run.kind === 'sweep' && p?.seeds && p.seeds > 1) return `${p.seeds} draws`;
+  return null;
+}
+
+/** "smoke · slice 0.3.0 (wasm) · 0.5×"; a trial: "smoke · mine 0.1.0 (wasm, trial) · 1×";
+ * another draw: "smoke · slice 0.3.0 (wasm) · 1× · draw 2" */
 export function runLabel(run: Run): string {
   const resolved = run.params?.policies ?? [];
   const policies = resolved.length
     ? resolved.map((p) => `${p.name} ${p.version} (${p.kind}${p.trial ? ', trial' : ''})`).join(', ')
     : (run.policies ?? []).join(', ');
-  const parts = [run.scenario, policies, rateLabel(run)].filter(Boolean);
+  const parts = [run.scenario, policies, rateLabel(run), drawLabel(run)].filter(Boolean);
   return parts.join(' · ') + (run.fallback ? ' · fallback' : '');
 }
 

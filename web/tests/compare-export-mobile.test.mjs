@@ -252,6 +252,10 @@ describe('sweeps of several draws', () => {
     await page.goto(`${BASE}/#/runs/${drawn.id}`);
     await page.waitForSelector('[data-testid=run-params]');
     assert.match(await page.textContent('[data-testid=run-params]'), /Seed\s*7, draw 1 \(/);
+    assert.match(await page.textContent('[data-testid=run-label]'), / · 1× · draw 1$/, 'its label tells it from the file\'s draw');
+    await page.click('nav a:has-text("Runs")');
+    await page.waitForSelector(`tr[data-run="${drawn.id}"] [data-draw="draw 1"]`);
+    await page.waitForSelector(`tr[data-run="${done.id}"] [data-draw="2 draws"]`);
     noErrors(page);
   });
 });

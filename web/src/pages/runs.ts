@@ -7,7 +7,7 @@ import { can } from '../session';
 import type { Page as ApiPage, Run, Summary } from '../types';
 import { badge, empty, errorBox, link, loading, progressBar } from '../ui';
 import { newRunForm } from './new-run';
-import { fallbackText, rateLabel } from '../run-label';
+import { drawLabel, fallbackText, rateLabel } from '../run-label';
 import { FALLBACK_BADGE } from '../truth-style';
 import type { Page } from './page';
 import { allPolicyNames } from './policies';
@@ -145,7 +145,7 @@ function runsTable(runs: Run[], reload: () => void, changed: () => void): HTMLEl
         h('td', null, selectBox(r, changed)),
         h('td', null, link(`#/runs/${r.id}`, shortId(r.id))),
         h('td', null, r.kind),
-        h('td', null, r.scenario),
+        h('td', null, r.scenario, drawLabel(r) ? h('small', { 'data-draw': drawLabel(r) }, ` · ${drawLabel(r)}`) : null),
         h('td', { title: (r.params?.policies ?? []).map((p) => `${p.name} ${p.version} (${p.kind}) sha256 ${p.sha256}`).join('\n') },
           (r.params?.policies?.length ? r.params.policies.map((p) => `${p.name} ${p.version}`) : (r.policies ?? [])).join(', ')),
         h('td', { class: 'num', 'data-rate': rateLabel(r) ?? '' }, rateLabel(r) ?? '–'),
