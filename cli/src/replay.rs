@@ -89,7 +89,11 @@ pub fn replay_with_progress(
 pub fn run(a: Args) -> Result<()> {
     // `--rate-scale` and `--duration-s` are finite and positive: clap checks them (`args::positive`).
     let seed = match a.draw {
-        Some(k) => Some(slicesched_sim::draw_seed(crate::sweep::load(&a.scenario, a.duration_s)?.spec.seed, k)),
+        Some(k) => {
+            let spec = slicesched_sim::Scenario::read_spec(&a.scenario)
+                .with_context(|| format!("loading scenario {}", a.scenario.display()))?;
+            Some(slicesched_sim::draw_seed(spec.seed, k))
+        }
         None => a.seed,
     };
     let mut scenario = crate::sweep::load_drawn(&a.scenario, a.duration_s, seed)?;

@@ -118,16 +118,8 @@ impl Log {
     }
 }
 
-/// What one replay at one scale measured.
-#[derive(Debug, Clone, Copy)]
-struct Measured {
-    violation_rate: f64,
-    prompt_tokens_per_s: f64,
-    output_tokens_per_s: f64,
-    oom_events: u64,
-    wall_s: f64,
-    stopped_early: bool,
-}
+/// What was measured at one scale (its draws pooled).
+type Measured = slicesched_report::PointFigures;
 
 /// Everything measured for one policy.
 #[derive(Default)]
@@ -324,19 +316,6 @@ fn replay_draw(
     })
 }
 
-/// A point from its draws, in draw order (`slicesched_report::pool_draws`).
-fn combine(draws: &[Draw]) -> Measured {
-    let p = slicesched_report::pool_draws("", 0.0, draws);
-    Measured {
-        violation_rate: p.violation_rate,
-        prompt_tokens_per_s: p.prompt_tokens_per_s,
-        output_tokens_per_s: p.output_tokens_per_s,
-        oom_events: p.oom_events,
-        wall_s: p.wall_s,
-        stopped_early: p.stopped_early,
-    }
-}
-
 fn build_report(
     draws: &[Scenario],
     sw: &Sweeper,
@@ -389,16 +368,7 @@ fn build_report(
         .flat_map(|(policy, &pts)| {
             let mut measured = pts.measured.clone();
             measured.sort_by(|x, y| x.0.total_cmp(&y.0));
-            measured.into_iter().map(move |(scale, m)| SweepPoint {
-                policy: policy.clone(),
-                rate_scale: scale,
-                violation_rate: m.violation_rate,
-                prompt_tokens_per_s: m.prompt_tokens_per_s,
-                output_tokens_per_s: m.output_tokens_per_s,
-                oom_events: m.oom_events,
-                wall_s: m.wall_s,
-                stopped_early: m.stopped_early,
-            })
+            measured.into_iter().map(move |(scale, m)| SweepPoint::new(policy, scale, m))
         })
         .collect();
     let replay_wall_s = points.iter().map(|p| p.wall_s).sum();

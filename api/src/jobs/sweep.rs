@@ -127,7 +127,7 @@ pub(super) async fn run(inner: &Arc<Inner>, spec: &crate::db::runs::RunSpec, ctx
                         replays += 1;
                         let done = results.len() as f64 + (replays as f64 / REPLAYS_PER_SEARCH).min(0.95);
                         let _ = ctx.progress.send((done / searches).min(0.99));
-                        let point = pool_draws(policy, scale, &figures);
+                        let point = SweepPoint::new(policy, scale, pool_draws(&figures));
                         let v = point.violation_rate;
                         measured.push(point);
                         v

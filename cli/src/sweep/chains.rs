@@ -9,7 +9,7 @@
 //! when the sweep starts, so which scales are replayed — and so every figure — does not
 //! depend on which replay happens to finish first.
 
-use super::{build_report, combine, next_round, replay_draw, Draw, Log, PolicyPoints, Sweeper};
+use super::{build_report, next_round, replay_draw, Draw, Log, PolicyPoints, Sweeper};
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use slicesched_report::search::Outcome;
@@ -229,7 +229,7 @@ pub(crate) fn sweep_all(
                 }
                 let (_, got) = c.partial.swap_remove(k);
                 let got: Vec<Draw> = got.into_iter().map(|d| d.expect("every draw back")).collect();
-                let m = combine(&got);
+                let m = slicesched_report::pool_draws(&got);
                 if m.oom_events > 0 {
                     log.warn(format!(
                         "WARNING: {} OOM events replaying {} at rate scale {scale:.4}: the memory-safety invariant is broken",

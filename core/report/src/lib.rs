@@ -12,8 +12,8 @@ pub use family::{
 };
 pub use plots::{write_plots, PlotError};
 pub use sweep::{
-    goodput_ratios, is_dedicated, pool_draws, write_sweep, write_sweep_plot, DrawFigures, SweepPoint, SweepRatio,
-    SweepReport, SweepResult, SweepTiming,
+    goodput_ratios, is_dedicated, pool_draws, write_sweep, write_sweep_plot, DrawFigures, PointFigures, SweepPoint,
+    SweepRatio, SweepReport, SweepResult, SweepTiming,
 };
 pub use table::{higher_within, summary_table, sweep_table};
 

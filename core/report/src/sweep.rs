@@ -80,17 +80,42 @@ pub struct DrawFigures {
     pub wall_s: f64,
 }
 
+/// What a sweep measured at one point (one rate scale of one policy), its draws pooled:
+/// a [`SweepPoint`] without its name.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PointFigures {
+    pub violation_rate: f64,
+    pub prompt_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub oom_events: u64,
+    pub wall_s: f64,
+    pub stopped_early: bool,
+}
+
+impl SweepPoint {
+    pub fn new(policy: &str, rate_scale: f64, f: PointFigures) -> Self {
+        SweepPoint {
+            policy: policy.to_string(),
+            rate_scale,
+            violation_rate: f.violation_rate,
+            prompt_tokens_per_s: f.prompt_tokens_per_s,
+            output_tokens_per_s: f.output_tokens_per_s,
+            oom_events: f.oom_events,
+            wall_s: f.wall_s,
+            stopped_early: f.stopped_early,
+        }
+    }
+}
+
 /// A point from its draws, in draw order (so the figures do not depend on which replay
 /// ended first): the violation rate of all their requests together (a draw with more
 /// requests weighs more, as one long replay would), the mean throughput, every OOM.
-pub fn pool_draws(policy: &str, rate_scale: f64, draws: &[DrawFigures]) -> SweepPoint {
+pub fn pool_draws(draws: &[DrawFigures]) -> PointFigures {
     let n = draws.len().max(1) as f64;
     let requests: u64 = draws.iter().map(|d| d.requests).sum();
     let violating: f64 = draws.iter().map(|d| d.violation_rate * d.requests as f64).sum();
     let stopped_at = draws.iter().find_map(|d| d.violation_at_stop);
-    SweepPoint {
-        policy: policy.to_string(),
-        rate_scale,
+    PointFigures {
         stopped_early: stopped_at.is_some(),
         violation_rate: stopped_at.unwrap_or(if requests > 0 { violating / requests as f64 } else { 0.0 }),
         prompt_tokens_per_s: draws.iter().map(|d| d.prompt_tokens_per_s).sum::<f64>() / n,

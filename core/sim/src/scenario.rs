@@ -195,14 +195,19 @@ impl Scenario {
     /// are drawn again; traces read from files keep their requests, and `split`s their
     /// own seeds.
     pub fn from_file_drawn(path: &Path, duration_s: Option<f64>, seed: Option<u64>) -> Result<Self, ScenarioError> {
-        let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|err| ScenarioError::Io { path: p.clone(), err })?;
-        let mut spec: ScenarioSpec =
-            toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p.clone(), msg: e.to_string() })?;
+        let mut spec = Self::read_spec(path)?;
         spec.duration_s = duration_s.or(spec.duration_s);
         spec.seed = seed.unwrap_or(spec.seed);
         let base = path.parent().unwrap_or(Path::new("."));
         Self::from_spec(spec, path, base)
+    }
+
+    /// The scenario file's spec as written, nothing resolved (its seed, say, without
+    /// drawing its requests).
+    pub fn read_spec(path: &Path) -> Result<ScenarioSpec, ScenarioError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|err| ScenarioError::Io { path: p.clone(), err })?;
+        toml::from_str(&text).map_err(|e| ScenarioError::Parse { path: p, msg: e.to_string() })
     }
 
     /// Resolves models, cluster, deployment and traces. `path` labels errors.

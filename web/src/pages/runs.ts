@@ -141,11 +141,12 @@ function runsTable(runs: Run[], reload: () => void, changed: () => void): HTMLEl
     h('tbody', null, runs.map((r) => {
       const s = r.kind === 'replay' ? (r.summary as Summary | null) : null;
       const took = r.started_at && r.finished_at ? wall(Date.parse(r.finished_at) - Date.parse(r.started_at)) : '–';
+      const draw = drawLabel(r);
       return h('tr', { 'data-run': r.id, 'data-kind': r.kind, class: `row-${r.status}` },
         h('td', null, selectBox(r, changed)),
         h('td', null, link(`#/runs/${r.id}`, shortId(r.id))),
         h('td', null, r.kind),
-        h('td', null, r.scenario, drawLabel(r) ? h('small', { 'data-draw': drawLabel(r) }, ` · ${drawLabel(r)}`) : null),
+        h('td', null, r.scenario, draw ? h('small', { 'data-draw': draw }, ` · ${draw}`) : null),
         h('td', { title: (r.params?.policies ?? []).map((p) => `${p.name} ${p.version} (${p.kind}) sha256 ${p.sha256}`).join('\n') },
           (r.params?.policies?.length ? r.params.policies.map((p) => `${p.name} ${p.version}`) : (r.policies ?? [])).join(', ')),
         h('td', { class: 'num', 'data-rate': rateLabel(r) ?? '' }, rateLabel(r) ?? '–'),
